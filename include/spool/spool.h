@@ -1,0 +1,277 @@
+/* spool: a stream-ordered device-memory allocator over CUDA's cudaMemPool.
+ *
+ * The whole C API. Conventions, for every function below unless its comment says otherwise:
+ *  - It returns a spool_status; SPOOL_OK is 0. On failure spool_last_error() says what happened
+ *    in words (the CUDA error name and the numbers involved) until this thread's next failure.
+ *  - Results come back through out-parameters, which are written only on success, except where a
+ *    comment says they are cleared on failure (spool_alloc sets *ptr to NULL).
+ *  - A failed call leaves the pool as it was: nothing allocated, nothing freed, counters unchanged.
+ *  - The caller owns every pointer it passes in; spool never keeps one past the call unless the
+ *    comment says so. spool owns the spool_pool objects it creates until spool_pool_destroy.
+ *  - No spool function runs at process exit: there are no atexit handlers and no destructors.
+ *    Destroy your pools before main returns if you want them destroyed.
+ */
+#ifndef SPOOL_SPOOL_H
+#define SPOOL_SPOOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <cuda_runtime_api.h>
+
+#include <spool/export.h>
+#include <spool/version.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Version
+ * ------------------------------------------------------------------------------------------- */
+
+/* SPOOL_VERSION of the library actually linked (major * 10000 + minor * 100 + patch), to compare
+ * with the SPOOL_VERSION this header was compiled with. Thread safe. */
+SPOOL_EXPORT unsigned spool_version(void);
+
+/* "MAJOR.MINOR.PATCH" of the library actually linked; static storage. Thread safe. */
+SPOOL_EXPORT const char *spool_version_string(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Status
+ * ------------------------------------------------------------------------------------------- */
+
+/* X(NAME, string). Values are assigned in this order from 0 and never reordered: new statuses are
+ * appended. */
+#define SPOOL_STATUS_MAP(X)                                                                       \
+  X(OK, "success")                                                                                \
+  X(ERR_INVALID, "invalid argument")                                                              \
+  X(ERR_OOM, "out of device memory")                                                              \
+  X(ERR_CUDA, "CUDA runtime error")                                                               \
+  X(ERR_NO_DEVICE, "no usable CUDA device")                                                       \
+  X(ERR_UNSUPPORTED, "not supported by this device, driver or build")                             \
+  X(ERR_CONFIG, "invalid configuration")                                                          \
+  X(ERR_DOUBLE_FREE, "pointer freed twice")                                                       \
+  X(ERR_UNKNOWN_POINTER, "pointer was not allocated by spool")                                    \
+  X(ERR_WRONG_POOL, "pointer belongs to another pool")                                            \
+  X(ERR_LEAKS, "buffers were still allocated when the pool was destroyed")                        \
+  X(ERR_HOST_OOM, "out of host memory")                                                           \
+  X(ERR_IO, "file could not be read or written")
+
+typedef enum spool_status {
+#define SPOOL__STATUS_ENUM(name, str) SPOOL_##name,
+  SPOOL_STATUS_MAP(SPOOL__STATUS_ENUM)
+#undef SPOOL__STATUS_ENUM
+  SPOOL_STATUS_COUNT /* number of statuses; not a status */
+} spool_status;
+
+/* "SPOOL_ERR_OOM". A value outside the enum gets "SPOOL_STATUS_<n>" (thread-local storage, valid
+ * until this thread's next call with an unknown value). Never NULL. Thread safe. */
+SPOOL_EXPORT const char *spool_status_name(spool_status s);
+
+/* "out of device memory". A value outside the enum gets "unknown status". Static storage, never
+ * NULL. Thread safe. */
+SPOOL_EXPORT const char *spool_status_string(spool_status s);
+
+/* This thread's last failure in words, e.g. "spool_alloc: out of device memory: asked 3.00 GiB
+ * on device 0; pool holds 1.20 GiB in use, 1.50 GiB reserved; device has 0.40 GiB free of
+ * 80.00 GiB". Like errno it is set by failures only: read it right after a call that returned
+ * an error. "" when this thread has seen no failure. Thread-local storage owned by spool, valid
+ * until this thread's next spool call. Thread safe. */
+SPOOL_EXPORT const char *spool_last_error(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Configuration
+ * ------------------------------------------------------------------------------------------- */
+
+#define SPOOL_MAX_PEERS 64 /* most devices a peer_access list can name */
+
+/* Where a pool's memory comes from (config key `pool`). */
+typedef enum spool_pool_source {
+  SPOOL_POOL_OWN = 0,     /* `own`: a new cudaMemPool, created and destroyed by spool (default) */
+  SPOOL_POOL_DEFAULT = 1, /* `default`: the device's default pool (the one cudaMallocAsync uses),
+                             adopted: configured as below but never destroyed by spool */
+} spool_pool_source;
+
+/* One pool's settings. Fields carry the names of the text keys. Start from spool_config_init()
+ * so that fields added by later versions get their defaults. */
+typedef struct spool_config {
+  int device;                  /* CUDA device ordinal. Default 0. */
+  uint64_t release_threshold;  /* reserved bytes the pool keeps at a synchronize instead of
+                                  returning them to the driver. Default UINT64_MAX: keep all. */
+  uint64_t reserve;            /* bytes to reserve at create (alloc + free + synchronize), so the
+                                  first allocations find memory ready. Default 0. Must not exceed
+                                  release_threshold, or the first synchronize would give it back. */
+  uint64_t max_size;           /* most bytes the pool may reserve; 0 means no limit (the device's
+                                  memory). Default 0. Needs CUDA 12.2 (build and driver); own pools
+                                  only, since CUDA fixes it when the pool is created. */
+  bool reuse_follow_event_dependencies;   /* cudaMemPoolReuseFollowEventDependencies. Default on. */
+  bool reuse_allow_opportunistic;         /* cudaMemPoolReuseAllowOpportunistic. Default on. */
+  bool reuse_allow_internal_dependencies; /* cudaMemPoolReuseAllowInternalDependencies. Default
+                                             on. */
+  int peer_access[SPOOL_MAX_PEERS]; /* other devices given read-write access to the pool's
+                                       memory; the pool's own device, if listed, is skipped (it
+                                       always has access). Default: none. */
+  int peer_access_count;            /* entries used in peer_access */
+  spool_pool_source pool;           /* key `pool`: own | default. Default own. */
+} spool_config;
+
+/* Fills *cfg with the documented defaults above. cfg must not be NULL. Thread safe. */
+SPOOL_EXPORT void spool_config_init(spool_config *cfg);
+
+/* Applies `key=value` settings from text on top of *cfg. Entries are separated by commas or
+ * newlines; `#` starts a comment to the end of the line; spaces around keys and values are
+ * ignored. Sizes take B, KiB/MiB/GiB/TiB and K/M/G/T (powers of 1024), KB/MB/GB/TB (powers of
+ * 1000), decimals (`1.5GiB`) and `max`; booleans on/off/true/false/1/0. A key given twice keeps
+ * the last value.
+ * Returns SPOOL_OK; SPOOL_ERR_INVALID (cfg or text NULL); SPOOL_ERR_CONFIG (unknown key, bad
+ * value: the message names the line, the key, what was expected and the nearest valid key);
+ * SPOOL_ERR_HOST_OOM. On failure *cfg is unchanged. Thread safe for distinct cfg. */
+SPOOL_EXPORT spool_status spool_config_parse(spool_config *cfg, const char *text);
+
+/* spool_config_parse on the contents of the file at path; messages name the path and line.
+ * Returns what spool_config_parse returns, and SPOOL_ERR_IO when the file cannot be read.
+ * On failure *cfg is unchanged. Thread safe for distinct cfg. */
+SPOOL_EXPORT spool_status spool_config_load(spool_config *cfg, const char *path);
+
+/* spool_config_parse on the environment variable SPOOL_CONF, if it is set (unset or empty:
+ * SPOOL_OK, *cfg unchanged). Messages name SPOOL_CONF and the line. Returns what
+ * spool_config_parse returns. Thread safe for distinct cfg, as long as no thread changes the
+ * environment meanwhile. */
+SPOOL_EXPORT spool_status spool_config_from_env(spool_config *cfg);
+
+/* Checks the settings against each other without touching CUDA (reserve within
+ * release_threshold and max_size, peer list without duplicates or negative ordinals, ...).
+ * spool_pool_create calls it. Returns SPOOL_OK, SPOOL_ERR_INVALID (cfg NULL) or
+ * SPOOL_ERR_CONFIG naming the fields and their values. Thread safe. */
+SPOOL_EXPORT spool_status spool_config_validate(const spool_config *cfg);
+
+/* Writes *cfg as config text that spool_config_parse reads back to the same settings, one
+ * `key=value` per line, NUL-terminated, into buf of len bytes. Returns SPOOL_OK,
+ * SPOOL_ERR_INVALID (cfg or buf NULL, or len too small: the message gives the size needed).
+ * Thread safe. */
+SPOOL_EXPORT spool_status spool_config_format(const spool_config *cfg, char *buf, size_t len);
+
+/* ---------------------------------------------------------------------------------------------
+ * Pools
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct spool_pool spool_pool; /* opaque */
+
+/* Creates a pool as cfg says: a new cudaMemPool on cfg->device (or the device's default pool,
+ * with pool=default), configured with the release threshold, the reuse flags and the peer access
+ * list, and primed with `reserve` bytes. cfg NULL means the defaults, then SPOOL_CONF on top.
+ * The current device of the calling thread is the same afterwards.
+ * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool NULL); SPOOL_ERR_CONFIG (settings that contradict
+ * each other, a peer that is no device); SPOOL_ERR_NO_DEVICE (no driver, no device, or no device
+ * cfg->device, with CUDA's reason); SPOOL_ERR_UNSUPPORTED (driver older than 11.2, a device
+ * without memory pools, max_size without CUDA 12.2, a peer that cannot access the device);
+ * SPOOL_ERR_OOM (reserve could not be met); SPOOL_ERR_CUDA; SPOOL_ERR_HOST_OOM. On failure
+ * *pool is NULL and nothing is left behind. Thread safe. The caller owns *pool and must pass it
+ * to spool_pool_destroy. */
+SPOOL_EXPORT spool_status spool_pool_create(spool_pool **pool, const spool_config *cfg);
+
+/* Like spool_pool_create, but over an existing cudaMemPool_t that the caller keeps owning:
+ * spool configures it as cfg says (release threshold, reuse flags, peer access, reserve; cfg NULL:
+ * defaults then SPOOL_CONF; cfg->pool is ignored) and never destroys it. cfg->device must be the
+ * device the pool's memory lives on (CUDA cannot tell spool). Settings changed on an adopted pool
+ * stay changed after spool_pool_destroy; a failed adopt puts them back. Returns what
+ * spool_pool_create returns, and SPOOL_ERR_INVALID for a NULL handle, SPOOL_ERR_CONFIG for
+ * max_size (fixed when the pool was created) or a device without read-write access to the pool.
+ * Thread safe. */
+SPOOL_EXPORT spool_status spool_pool_adopt(spool_pool **pool, cudaMemPool_t handle,
+                                           const spool_config *cfg);
+
+/* Destroys the pool. Buffers still allocated are leaks: each is listed on stderr (pointer, size,
+ * stream, allocation number), then all are freed after a device synchronize, and the call
+ * returns SPOOL_ERR_LEAKS; the pool is gone all the same. An own pool is then destroyed with
+ * cudaMemPoolDestroy; an adopted one is left to its owner. NULL: SPOOL_OK, nothing done.
+ * Returns SPOOL_OK, SPOOL_ERR_LEAKS, SPOOL_ERR_CUDA (the pool is gone all the same). Not thread
+ * safe with other calls on the same pool: no other thread may use it meanwhile. */
+SPOOL_EXPORT spool_status spool_pool_destroy(spool_pool *pool);
+
+/* The cudaMemPool_t under the pool, for CUDA calls spool does not wrap; NULL for a NULL pool.
+ * The pool keeps owning it: do not destroy it. Thread safe. */
+SPOOL_EXPORT cudaMemPool_t spool_pool_handle(const spool_pool *pool);
+
+/* The device ordinal the pool's memory lives on; -1 for a NULL pool. Thread safe. */
+SPOOL_EXPORT int spool_pool_device(const spool_pool *pool);
+
+/* The settings the pool was created with. NULL for a NULL pool. Owned by the pool, valid until spool_pool_destroy. Thread safe. */
+SPOOL_EXPORT const spool_config *spool_pool_config(const spool_pool *pool);
+
+/* ---------------------------------------------------------------------------------------------
+ * Allocation
+ * ------------------------------------------------------------------------------------------- */
+
+/* Allocates size bytes for use on stream, in stream order (cudaMallocFromPoolAsync): the memory
+ * may be used by work queued on stream after this call, and by other streams once they wait for
+ * it. The pointer is aligned to at least 256 bytes. size 0 gives *ptr = NULL and SPOOL_OK.
+ * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool or ptr NULL); SPOOL_ERR_OOM (the message gives the
+ * size asked, the pool's in-use and reserved bytes, its limit, and the device's free and total
+ * memory); SPOOL_ERR_CUDA (another CUDA failure, e.g. an invalid stream); SPOOL_ERR_HOST_OOM.
+ * On failure *ptr is NULL. Thread safe. The caller owns *ptr and returns it with spool_free. */
+SPOOL_EXPORT spool_status spool_alloc(spool_pool *pool, void **ptr, size_t size,
+                                      cudaStream_t stream);
+
+/* Frees ptr in stream order (cudaFreeAsync): the memory is reused once stream's work queued so
+ * far is done, and at once by later allocations on the same stream. The stream need not be the
+ * one ptr was allocated on. NULL ptr: SPOOL_OK, nothing done.
+ * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool NULL); SPOOL_ERR_UNKNOWN_POINTER (ptr is not a live
+ * buffer of this pool: nothing reaches the driver); SPOOL_ERR_CUDA (ptr stays allocated).
+ * Thread safe. */
+SPOOL_EXPORT spool_status spool_free(spool_pool *pool, void *ptr, cudaStream_t stream);
+
+/* Returns reserved memory the pool does not use to the driver until it holds keep_bytes or only
+ * what is in use (cudaMemPoolTrimTo). Memory freed on a stream whose work is not yet done is
+ * still in use; synchronize first to give it back too.
+ * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool NULL); SPOOL_ERR_CUDA. Thread safe. */
+SPOOL_EXPORT spool_status spool_trim(spool_pool *pool, size_t keep_bytes);
+
+/* ---------------------------------------------------------------------------------------------
+ * Statistics
+ * ------------------------------------------------------------------------------------------- */
+
+/* Counters as the library keeps them, and the pool's own attributes. Peaks are since create or
+ * the last spool_stats_reset_peaks. */
+typedef struct spool_stats {
+  size_t size;                   /* set by spool_stats_get to sizeof(spool_stats) */
+  uint64_t bytes_in_use;         /* bytes asked for by live buffers */
+  uint64_t bytes_in_use_peak;
+  uint64_t buffers_in_use;       /* live buffers */
+  uint64_t buffers_in_use_peak;
+  uint64_t bytes_reserved;       /* cudaMemPoolAttrReservedMemCurrent: held from the device */
+  uint64_t bytes_reserved_peak;  /* cudaMemPoolAttrReservedMemHigh */
+  uint64_t allocs;               /* successful allocations since create (size 0 not counted) */
+  uint64_t frees;                /* successful frees since create (NULL not counted) */
+  uint64_t bytes_used;           /* cudaMemPoolAttrUsedMemCurrent: the pool's view of memory in
+                                    use, rounded to its granularity */
+  uint64_t bytes_used_peak;      /* cudaMemPoolAttrUsedMemHigh */
+  uint64_t bytes_allocated;      /* bytes asked for by all successful allocations since create */
+  uint64_t alloc_failures;       /* allocations that returned an error */
+  uint64_t ooms;                 /* of those, out of device memory */
+  uint64_t trims;                /* successful spool_trim calls */
+} spool_stats;
+
+/* Fills *out (out->size is set to sizeof(spool_stats)). Library counters are exact; pool
+ * attributes are read from CUDA (for an adopted pool they include other users' memory).
+ * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool or out NULL); SPOOL_ERR_CUDA. Thread safe. */
+SPOOL_EXPORT spool_status spool_stats_get(spool_pool *pool, spool_stats *out);
+
+/* Sets every peak to its current value, the pool's high-water marks included. Returns SPOOL_OK;
+ * SPOOL_ERR_INVALID (pool NULL); SPOOL_ERR_CUDA. Thread safe. */
+SPOOL_EXPORT spool_status spool_stats_reset_peaks(spool_pool *pool);
+
+/* Writes a human report to out: device, settings, bytes and buffers in use and reserved with
+ * peaks, totals, and the device's free and total memory (cudaMemGetInfo). Returns SPOOL_OK;
+ * SPOOL_ERR_INVALID (pool or out NULL); SPOOL_ERR_CUDA; SPOOL_ERR_IO (the write failed). Thread
+ * safe; out is the caller's and is not closed. */
+SPOOL_EXPORT spool_status spool_report(spool_pool *pool, FILE *out);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* SPOOL_SPOOL_H */

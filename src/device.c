@@ -1,0 +1,72 @@
+/* Devices: the support checks every pool create runs, and work on a device other than the
+ * caller's current one without changing it behind the caller's back. */
+#include "internal.h"
+
+static spool_status check_driver(const char *context) {
+  int version = 0;
+  cudaError_t err = cudaDriverGetVersion(&version);
+  if (err != cudaSuccess) return spool__fail_cuda(err, "cudaDriverGetVersion", "%s", context);
+  if (version == 0)
+    return spool__fail(SPOOL_ERR_NO_DEVICE, "%s: no CUDA driver is installed", context);
+  /* Stream-ordered allocation and cudaMemPool arrived with CUDA 11.2. */
+  if (version < 11020)
+    return spool__fail(SPOOL_ERR_UNSUPPORTED,
+                       "%s: the CUDA driver supports CUDA %d.%d; spool needs 11.2 or newer "
+                       "(cudaMemPool)", context, version / 1000, (version % 1000) / 10);
+  return SPOOL_OK;
+}
+
+spool_status spool__device_check(int device, const char *context) {
+  spool_status s = check_driver(context);
+  if (s != SPOOL_OK) return s;
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    /* Whatever the reason, there is no device to put a pool on: say so, with CUDA's words. */
+    spool__fail_cuda(err, "cudaGetDeviceCount", "%s: no usable CUDA device", context);
+    return SPOOL_ERR_NO_DEVICE;
+  }
+  if (device < 0 || device >= count)
+    return spool__fail(SPOOL_ERR_NO_DEVICE, "%s: there is no device %d (%d device%s visible)",
+                       context, device, count, count == 1 ? "" : "s");
+  int pools = 0;
+  err = cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device);
+  if (err != cudaSuccess)
+    return spool__fail_cuda(err, "cudaDeviceGetAttribute(cudaDevAttrMemoryPoolsSupported)",
+                            "%s: device %d", context, device);
+  if (!pools)
+    return spool__fail(SPOOL_ERR_UNSUPPORTED,
+                       "%s: device %d does not support memory pools "
+                       "(cudaDevAttrMemoryPoolsSupported is 0)", context, device);
+  return SPOOL_OK;
+}
+
+spool_status spool__device_enter(int device, int *saved, const char *context) {
+  cudaError_t err = cudaGetDevice(saved);
+  if (err != cudaSuccess) return spool__fail_cuda(err, "cudaGetDevice", "%s", context);
+  if (*saved == device) return SPOOL_OK;
+  err = cudaSetDevice(device);
+  if (err != cudaSuccess)
+    return spool__fail_cuda(err, "cudaSetDevice", "%s: device %d", context, device);
+  return SPOOL_OK;
+}
+
+spool_status spool__device_leave(int device, int saved, const char *context) {
+  if (saved == device) return SPOOL_OK;
+  cudaError_t err = cudaSetDevice(saved);
+  if (err != cudaSuccess)
+    return spool__fail_cuda(err, "cudaSetDevice", "%s: restoring device %d", context, saved);
+  return SPOOL_OK;
+}
+
+spool_status spool__device_meminfo(int device, size_t *free_bytes, size_t *total_bytes) {
+  static const char context[] = "spool: reading device memory";
+  int saved = 0;
+  spool_status s = spool__device_enter(device, &saved, context);
+  if (s != SPOOL_OK) return s;
+  cudaError_t err = cudaMemGetInfo(free_bytes, total_bytes);
+  spool_status left = spool__device_leave(device, saved, context);
+  if (err != cudaSuccess)
+    return spool__fail_cuda(err, "cudaMemGetInfo", "%s of device %d", context, device);
+  return left;
+}

@@ -1,0 +1,112 @@
+/* What the files of src/ share. Never installed. Internal names start with spool__. */
+#ifndef SPOOL_INTERNAL_H
+#define SPOOL_INTERNAL_H
+
+#include <spool/spool.h>
+
+#include <pthread.h>
+#include <stdarg.h>
+
+#if defined(__GNUC__)
+#define SPOOL__PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define SPOOL__PRINTF(f, a)
+#endif
+
+/* ---- status.c: this thread's last error ------------------------------------------------- */
+
+/* Sets this thread's message to the formatted text and returns s, so that a failure reads
+ * `return spool__fail(SPOOL_ERR_INVALID, "spool_alloc: ptr is NULL");`. */
+spool_status spool__fail(spool_status s, const char *fmt, ...) SPOOL__PRINTF(2, 3);
+
+/* For a failed CUDA call: the message is "<context>: <api> failed: <cudaErrorName> (<string>)".
+ * Maps err to a status: cudaErrorMemoryAllocation -> SPOOL_ERR_OOM, no device or no driver ->
+ * SPOOL_ERR_NO_DEVICE, cudaErrorNotSupported -> SPOOL_ERR_UNSUPPORTED, else SPOOL_ERR_CUDA. */
+spool_status spool__fail_cuda(cudaError_t err, const char *api, const char *fmt, ...)
+    SPOOL__PRINTF(3, 4);
+
+/* Appends to this thread's message (e.g. a cleanup that failed too) and returns s. */
+spool_status spool__append(spool_status s, const char *fmt, ...) SPOOL__PRINTF(2, 3);
+
+/* The status spool__fail_cuda would return for err. */
+spool_status spool__status_of_cuda(cudaError_t err);
+
+/* ---- units.c: sizes in text ------------------------------------------------------------- */
+
+/* Largest text spool__format_size writes, NUL included. */
+#define SPOOL__SIZE_TEXT 32
+
+/* Writes bytes for people: "0 B", "255 B", "1.00 KiB", "1.50 GiB", "max" for UINT64_MAX. */
+const char *spool__format_size(uint64_t bytes, char out[SPOOL__SIZE_TEXT]);
+
+/* Parses a config size ("512", "4KiB", "1.5G", "2MB", "max"), case-insensitive units, spaces
+ * between number and unit allowed. Returns 0 and sets *out, or -1 with a short reason in
+ * why[0..why_len) ("unknown unit 'Gx'", "too large", "not a whole number of bytes"). */
+int spool__parse_size(const char *text, size_t len, uint64_t *out, char *why, size_t why_len);
+
+/* ---- track.c: live buffers of one pool ---------------------------------------------------- */
+
+typedef struct spool__buffer {
+  uintptr_t ptr;        /* 0 marks an empty slot */
+  uint64_t size;        /* bytes asked for */
+  uint64_t seq;         /* allocation number, from 1 */
+  cudaStream_t stream;  /* stream it was allocated on */
+} spool__buffer;
+
+/* Open addressing, linear probing, backward-shift deletion: no tombstones, no allocation once
+ * the table has grown to the working set. Not thread safe: the pool's lock guards it. */
+typedef struct spool__table {
+  spool__buffer *slots;
+  size_t cap;   /* power of two, or 0 before the first insert */
+  size_t count;
+} spool__table;
+
+/* Adds b (b->ptr must not be live). Returns SPOOL_OK or SPOOL_ERR_HOST_OOM (table unchanged). */
+spool_status spool__table_insert(spool__table *t, const spool__buffer *b);
+/* Removes ptr and copies its record to *out. Returns 1 when found, 0 when not. */
+int spool__table_remove(spool__table *t, uintptr_t ptr, spool__buffer *out);
+/* Calls fn for every live buffer, in no particular order. */
+void spool__table_each(const spool__table *t, void (*fn)(const spool__buffer *, void *), void *arg);
+void spool__table_free(spool__table *t);
+
+/* ---- the pool ----------------------------------------------------------------------------- */
+
+typedef struct spool__counters {
+  uint64_t bytes_in_use, bytes_in_use_peak;
+  uint64_t buffers_in_use, buffers_in_use_peak;
+  uint64_t allocs, frees, bytes_allocated;
+  uint64_t alloc_failures, ooms, trims;
+  uint64_t next_seq;
+} spool__counters;
+
+struct spool_pool {
+  cudaMemPool_t handle;
+  int device;
+  bool owned;            /* created by spool: destroyed by spool */
+  spool_config cfg;
+  pthread_mutex_t lock;  /* guards live and counters */
+  spool__table live;
+  spool__counters c;
+};
+
+/* ---- device.c: device selection and memory ------------------------------------------------ */
+
+/* Runs the support checks for device: driver >= 11.2, the ordinal exists, memory pools are
+ * supported. Returns SPOOL_OK or the failure with its message (context names the caller). */
+spool_status spool__device_check(int device, const char *context);
+
+/* Makes device current for the calling thread, remembering the old one in *saved; leave puts
+ * it back. Both are no-ops when device already is the current one. */
+spool_status spool__device_enter(int device, int *saved, const char *context);
+spool_status spool__device_leave(int device, int saved, const char *context);
+
+/* cudaMemGetInfo for device, keeping the calling thread's current device. */
+spool_status spool__device_meminfo(int device, size_t *free_bytes, size_t *total_bytes);
+
+/* ---- alloc.c ------------------------------------------------------------------------------ */
+
+/* Frees every live buffer after a device synchronize and lists each on stderr. Returns
+ * SPOOL_OK when there were none, SPOOL_ERR_LEAKS, or SPOOL_ERR_CUDA. Used by destroy. */
+spool_status spool__free_leaks(spool_pool *pool);
+
+#endif /* SPOOL_INTERNAL_H */

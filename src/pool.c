@@ -1,0 +1,345 @@
+/* Pools: creating or adopting a cudaMemPool, applying the config's knobs, destroying it.
+ *
+ * Every step that can fail is undone on failure, so a failed create leaves nothing behind: an
+ * own pool is destroyed, an adopted pool gets its old settings back. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char CREATE[] = "spool_pool_create";
+static const char ADOPT[] = "spool_pool_adopt";
+
+/* ---- creating the cudaMemPool -------------------------------------------------------------- */
+
+static spool_status check_max_size(const spool_config *cfg, const char *ctx) {
+  if (cfg->max_size == 0 || cfg->max_size == UINT64_MAX) return SPOOL_OK;
+#if CUDART_VERSION >= 12020
+  int driver = 0;
+  cudaError_t err = cudaDriverGetVersion(&driver);
+  if (err != cudaSuccess) return spool__fail_cuda(err, "cudaDriverGetVersion", "%s", ctx);
+  if (driver < 12020)
+    return spool__fail(SPOOL_ERR_UNSUPPORTED,
+                       "%s: max_size needs a CUDA 12.2 driver; this one supports %d.%d", ctx,
+                       driver / 1000, (driver % 1000) / 10);
+  return SPOOL_OK;
+#else
+  return spool__fail(SPOOL_ERR_UNSUPPORTED,
+                     "%s: max_size needs spool built with CUDA 12.2 or newer (built with %d.%d)",
+                     ctx, CUDART_VERSION / 1000, (CUDART_VERSION % 1000) / 10);
+#endif
+}
+
+static spool_status create_handle(const spool_config *cfg, cudaMemPool_t *out) {
+  spool_status s = check_max_size(cfg, CREATE);
+  if (s != SPOOL_OK) return s;
+  struct cudaMemPoolProps props;
+  memset(&props, 0, sizeof props); /* reserved fields must be zero */
+  props.allocType = cudaMemAllocationTypePinned;
+  props.handleTypes = cudaMemHandleTypeNone;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = cfg->device;
+#if CUDART_VERSION >= 12020
+  /* UINT64_MAX means "no limit" to spool; to CUDA that is 0. */
+  props.maxSize = cfg->max_size == UINT64_MAX ? 0 : (size_t)cfg->max_size;
+#endif
+  cudaError_t err = cudaMemPoolCreate(out, &props);
+  if (err != cudaSuccess)
+    return spool__fail_cuda(err, "cudaMemPoolCreate", "%s: device %d", CREATE, cfg->device);
+  return SPOOL_OK;
+}
+
+/* ---- knobs ----------------------------------------------------------------------------------- */
+
+/* What an adopted pool had before spool touched it, so that a failed adopt can put it back. */
+typedef struct saved_settings {
+  uint64_t threshold;
+  int reuse[3];
+  enum cudaMemAccessFlags access[SPOOL_MAX_PEERS];
+} saved_settings;
+
+static const enum cudaMemPoolAttr REUSE_ATTRS[3] = {
+    cudaMemPoolReuseFollowEventDependencies, cudaMemPoolReuseAllowOpportunistic,
+    cudaMemPoolReuseAllowInternalDependencies};
+
+static spool_status set_attr(spool_pool *p, enum cudaMemPoolAttr attr, void *value,
+                             const char *what, const char *ctx) {
+  cudaError_t err = cudaMemPoolSetAttribute(p->handle, attr, value);
+  if (err != cudaSuccess) return spool__fail_cuda(err, "cudaMemPoolSetAttribute", "%s: %s", ctx, what);
+  return SPOOL_OK;
+}
+
+static spool_status apply_attrs(spool_pool *p, const char *ctx) {
+  uint64_t threshold = p->cfg.release_threshold;
+  spool_status s = set_attr(p, cudaMemPoolAttrReleaseThreshold, &threshold,
+                            "release_threshold", ctx);
+  const bool flags[3] = {p->cfg.reuse_follow_event_dependencies, p->cfg.reuse_allow_opportunistic,
+                         p->cfg.reuse_allow_internal_dependencies};
+  static const char *const names[3] = {"reuse_follow_event_dependencies",
+                                       "reuse_allow_opportunistic",
+                                       "reuse_allow_internal_dependencies"};
+  for (int i = 0; i < 3 && s == SPOOL_OK; i++) {
+    int v = flags[i];
+    s = set_attr(p, REUSE_ATTRS[i], &v, names[i], ctx);
+  }
+  return s;
+}
+
+static spool_status check_peer(int device, int peer, int count, const char *ctx) {
+  if (peer >= count)
+    return spool__fail(SPOOL_ERR_CONFIG, "%s: peer_access names device %d, but there %s %d device%s",
+                       ctx, peer, count == 1 ? "is" : "are", count, count == 1 ? "" : "s");
+  int can = 0;
+  cudaError_t err = cudaDeviceCanAccessPeer(&can, peer, device);
+  if (err != cudaSuccess)
+    return spool__fail_cuda(err, "cudaDeviceCanAccessPeer", "%s: peer %d of device %d", ctx, peer, device);
+  if (!can)
+    return spool__fail(SPOOL_ERR_UNSUPPORTED,
+                       "%s: device %d cannot access memory of device %d (cudaDeviceCanAccessPeer)",
+                       ctx, peer, device);
+  return SPOOL_OK;
+}
+
+static spool_status apply_peers(spool_pool *p, const char *ctx) {
+  struct cudaMemAccessDesc descs[SPOOL_MAX_PEERS];
+  size_t n = 0;
+  int count = 0;
+  if (p->cfg.peer_access_count == 0) return SPOOL_OK;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) return spool__fail_cuda(err, "cudaGetDeviceCount", "%s: peer_access", ctx);
+  for (int i = 0; i < p->cfg.peer_access_count; i++) {
+    int peer = p->cfg.peer_access[i];
+    if (peer == p->device) continue; /* the owner always has access; CUDA rejects it here */
+    spool_status s = check_peer(p->device, peer, count, ctx);
+    if (s != SPOOL_OK) return s;
+    memset(&descs[n], 0, sizeof descs[n]);
+    descs[n].location.type = cudaMemLocationTypeDevice;
+    descs[n].location.id = peer;
+    descs[n].flags = cudaMemAccessFlagsProtReadWrite;
+    n++;
+  }
+  if (n == 0) return SPOOL_OK;
+  err = cudaMemPoolSetAccess(p->handle, descs, n);
+  if (err != cudaSuccess)
+    return spool__fail_cuda(err, "cudaMemPoolSetAccess", "%s: peer_access on device %d", ctx, p->device);
+  return SPOOL_OK;
+}
+
+/* Allocates and frees `reserve` bytes, then synchronizes: the pool keeps the memory (reserve is
+ * within the release threshold), so the first real allocations find it ready. */
+static spool_status prime(spool_pool *p, const char *ctx) {
+  if (p->cfg.reserve == 0) return SPOOL_OK;
+  int saved = 0;
+  spool_status s = spool__device_enter(p->device, &saved, ctx);
+  if (s != SPOOL_OK) return s;
+  cudaStream_t stream = NULL;
+  void *ptr = NULL;
+  char size[SPOOL__SIZE_TEXT];
+  cudaError_t err = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  if (err != cudaSuccess) {
+    s = spool__fail_cuda(err, "cudaStreamCreateWithFlags", "%s: reserve", ctx);
+  } else {
+    spool__format_size(p->cfg.reserve, size);
+    err = cudaMallocFromPoolAsync(&ptr, (size_t)p->cfg.reserve, p->handle, stream);
+    if (err != cudaSuccess) {
+      s = spool__fail_cuda(err, "cudaMallocFromPoolAsync", "%s: reserve=%s on device %d", ctx,
+                           size, p->device);
+    } else {
+      err = cudaFreeAsync(ptr, stream);
+      if (err != cudaSuccess) {
+        s = spool__fail_cuda(err, "cudaFreeAsync", "%s: reserve", ctx);
+        /* Otherwise the pool would hold an allocation that nobody can free: try once more. */
+        if (cudaFreeAsync(ptr, stream) != cudaSuccess)
+          spool__append(s, "; the retry failed too, %s stay allocated", size);
+      }
+    }
+    cudaError_t sync = cudaStreamSynchronize(stream);
+    if (sync != cudaSuccess && s == SPOOL_OK)
+      s = spool__fail_cuda(sync, "cudaStreamSynchronize", "%s: reserve", ctx);
+    cudaError_t destroy = cudaStreamDestroy(stream);
+    if (destroy != cudaSuccess && s == SPOOL_OK)
+      s = spool__fail_cuda(destroy, "cudaStreamDestroy", "%s: reserve", ctx);
+  }
+  spool_status left = spool__device_leave(p->device, saved, ctx);
+  return s != SPOOL_OK ? s : left;
+}
+
+/* ---- adopted pools: remember and restore ------------------------------------------------- */
+
+static spool_status save_settings(const spool_pool *p, saved_settings *out, const char *ctx) {
+  cudaError_t err = cudaMemPoolGetAttribute(p->handle, cudaMemPoolAttrReleaseThreshold, &out->threshold);
+  for (int i = 0; i < 3 && err == cudaSuccess; i++)
+    err = cudaMemPoolGetAttribute(p->handle, REUSE_ATTRS[i], &out->reuse[i]);
+  for (int i = 0; i < p->cfg.peer_access_count && err == cudaSuccess; i++) {
+    struct cudaMemLocation loc = {.type = cudaMemLocationTypeDevice, .id = p->cfg.peer_access[i]};
+    out->access[i] = cudaMemAccessFlagsProtReadWrite;
+    if (loc.id != p->device) err = cudaMemPoolGetAccess(&out->access[i], p->handle, &loc);
+  }
+  if (err != cudaSuccess)
+    return spool__fail_cuda(err, "cudaMemPoolGetAttribute/GetAccess", "%s: reading the pool's settings", ctx);
+  return SPOOL_OK;
+}
+
+/* Best effort, on a path that is already failing: a restore that fails is added to the message. */
+static void restore_settings(spool_pool *p, const saved_settings *old) {
+  cudaError_t err = cudaMemPoolSetAttribute(p->handle, cudaMemPoolAttrReleaseThreshold,
+                                            (void *)&old->threshold);
+  for (int i = 0; i < 3 && err == cudaSuccess; i++)
+    err = cudaMemPoolSetAttribute(p->handle, REUSE_ATTRS[i], (void *)&old->reuse[i]);
+  for (int i = 0; i < p->cfg.peer_access_count && err == cudaSuccess; i++) {
+    if (p->cfg.peer_access[i] == p->device) continue;
+    struct cudaMemAccessDesc d = {.location = {.type = cudaMemLocationTypeDevice, .id = p->cfg.peer_access[i]},
+                                  .flags = old->access[i]};
+    err = cudaMemPoolSetAccess(p->handle, &d, 1);
+  }
+  if (err != cudaSuccess)
+    spool__append(SPOOL_OK, "; restoring the adopted pool's settings also failed: %s",
+                  cudaGetErrorName(err));
+}
+
+/* ---- create, adopt, destroy --------------------------------------------------------------- */
+
+static spool_status resolve_config(const spool_config *cfg, spool_config *out, const char *ctx) {
+  if (cfg) {
+    *out = *cfg;
+  } else {
+    spool_config_init(out);
+    spool_status s = spool_config_from_env(out);
+    if (s != SPOOL_OK) return s;
+  }
+  spool_status s = spool_config_validate(out);
+  if (s != SPOOL_OK) return spool__fail(s, "%s: %s", ctx, spool_last_error());
+  return SPOOL_OK;
+}
+
+static spool_pool *pool_new(const spool_config *cfg, cudaMemPool_t handle, bool owned) {
+  spool_pool *p = calloc(1, sizeof *p);
+  if (!p) return NULL;
+  if (pthread_mutex_init(&p->lock, NULL) != 0) {
+    free(p);
+    return NULL;
+  }
+  p->cfg = *cfg;
+  p->handle = handle;
+  p->device = cfg->device;
+  p->owned = owned;
+  return p;
+}
+
+static void pool_free(spool_pool *p) {
+  spool__table_free(&p->live);
+  pthread_mutex_destroy(&p->lock);
+  free(p);
+}
+
+/* Applies every knob; on failure undoes what it can and frees p (and an own handle). */
+static spool_status configure(spool_pool *p, const char *ctx) {
+  saved_settings old;
+  spool_status s = p->owned ? SPOOL_OK : save_settings(p, &old, ctx);
+  if (s == SPOOL_OK) s = apply_attrs(p, ctx);
+  if (s == SPOOL_OK) s = apply_peers(p, ctx);
+  if (s == SPOOL_OK) s = prime(p, ctx);
+  if (s == SPOOL_OK && p->owned && p->cfg.reserve > 0) {
+    /* Priming is not use: start the pool's used high-water mark from zero. */
+    uint64_t zero = 0;
+    s = set_attr(p, cudaMemPoolAttrUsedMemHigh, &zero, "resetting the used high-water mark", ctx);
+  }
+  if (s == SPOOL_OK) return SPOOL_OK;
+  if (p->owned) {
+    cudaError_t err = cudaMemPoolDestroy(p->handle);
+    if (err != cudaSuccess)
+      spool__append(s, "; destroying the new pool also failed: %s", cudaGetErrorName(err));
+  } else {
+    restore_settings(p, &old);
+  }
+  pool_free(p);
+  return s;
+}
+
+/* CUDA cannot tell where a pool lives, but its own device always has read-write access: a
+ * device without it is certainly the wrong one. */
+static spool_status check_location(cudaMemPool_t handle, int device, const char *ctx) {
+  enum cudaMemAccessFlags flags = cudaMemAccessFlagsProtNone;
+  struct cudaMemLocation loc = {.type = cudaMemLocationTypeDevice, .id = device};
+  cudaError_t err = cudaMemPoolGetAccess(&flags, handle, &loc);
+  if (err != cudaSuccess)
+    return spool__fail_cuda(err, "cudaMemPoolGetAccess", "%s: device %d", ctx, device);
+  if (flags != cudaMemAccessFlagsProtReadWrite)
+    return spool__fail(SPOOL_ERR_CONFIG,
+                       "%s: device=%d has no read-write access to the pool, so the pool is not "
+                       "on device %d; set device to where the pool lives", ctx, device, device);
+  return SPOOL_OK;
+}
+
+static spool_status open_pool(spool_pool **pool, const spool_config *cfg, cudaMemPool_t adopt,
+                              const char *ctx) {
+  spool_status s = spool__device_check(cfg->device, ctx);
+  if (s != SPOOL_OK) return s;
+  bool owned = adopt == NULL && cfg->pool == SPOOL_POOL_OWN;
+  if (!owned && cfg->max_size != 0)
+    return spool__fail(SPOOL_ERR_CONFIG,
+                       "%s: max_size is fixed when a pool is created; it cannot be set on an "
+                       "adopted pool (pool=default or spool_pool_adopt)", ctx);
+  cudaMemPool_t handle = adopt;
+  if (adopt) {
+    s = check_location(adopt, cfg->device, ctx);
+  } else if (owned) {
+    s = create_handle(cfg, &handle);
+  } else if (!handle) {
+    cudaError_t err = cudaDeviceGetDefaultMemPool(&handle, cfg->device);
+    if (err != cudaSuccess)
+      s = spool__fail_cuda(err, "cudaDeviceGetDefaultMemPool", "%s: device %d", ctx, cfg->device);
+  }
+  if (s != SPOOL_OK) return s;
+  spool_pool *p = pool_new(cfg, handle, owned);
+  if (!p) {
+    s = spool__fail(SPOOL_ERR_HOST_OOM, "%s: no host memory for the pool", ctx);
+    if (owned && cudaMemPoolDestroy(handle) != cudaSuccess)
+      spool__append(s, "; destroying the new cudaMemPool also failed");
+    return s;
+  }
+  s = configure(p, ctx);
+  if (s == SPOOL_OK) *pool = p;
+  return s;
+}
+
+spool_status spool_pool_create(spool_pool **pool, const spool_config *cfg) {
+  if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", CREATE);
+  *pool = NULL;
+  spool_config c;
+  spool_status s = resolve_config(cfg, &c, CREATE);
+  if (s != SPOOL_OK) return s;
+  return open_pool(pool, &c, NULL, CREATE);
+}
+
+spool_status spool_pool_adopt(spool_pool **pool, cudaMemPool_t handle, const spool_config *cfg) {
+  if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", ADOPT);
+  *pool = NULL;
+  if (!handle) return spool__fail(SPOOL_ERR_INVALID, "%s: handle is NULL", ADOPT);
+  spool_config c;
+  spool_status s = resolve_config(cfg, &c, ADOPT);
+  if (s != SPOOL_OK) return s;
+  return open_pool(pool, &c, handle, ADOPT);
+}
+
+spool_status spool_pool_destroy(spool_pool *pool) {
+  if (!pool) return SPOOL_OK;
+  spool_status s = spool__free_leaks(pool);
+  if (pool->owned) {
+    cudaError_t err = cudaMemPoolDestroy(pool->handle);
+    if (err != cudaSuccess) {
+      if (s == SPOOL_OK)
+        s = spool__fail_cuda(err, "cudaMemPoolDestroy", "spool_pool_destroy: device %d", pool->device);
+      else
+        spool__append(s, "; cudaMemPoolDestroy also failed: %s", cudaGetErrorName(err));
+    }
+  }
+  pool_free(pool);
+  return s;
+}
+
+cudaMemPool_t spool_pool_handle(const spool_pool *pool) { return pool ? pool->handle : NULL; }
+
+int spool_pool_device(const spool_pool *pool) { return pool ? pool->device : -1; }
+
+const spool_config *spool_pool_config(const spool_pool *pool) { return pool ? &pool->cfg : NULL; }

@@ -1,0 +1,146 @@
+/* Statistics: the library's counters next to the pool's own attributes, and the human report. */
+#include "internal.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+typedef struct pool_attrs {
+  uint64_t reserved, reserved_high, used, used_high;
+} pool_attrs;
+
+static spool_status read_attrs(spool_pool *p, pool_attrs *a, const char *ctx) {
+  static const enum cudaMemPoolAttr which[4] = {
+      cudaMemPoolAttrReservedMemCurrent, cudaMemPoolAttrReservedMemHigh,
+      cudaMemPoolAttrUsedMemCurrent, cudaMemPoolAttrUsedMemHigh};
+  uint64_t *dst[4] = {&a->reserved, &a->reserved_high, &a->used, &a->used_high};
+  for (int i = 0; i < 4; i++) {
+    cudaError_t err = cudaMemPoolGetAttribute(p->handle, which[i], dst[i]);
+    if (err != cudaSuccess)
+      return spool__fail_cuda(err, "cudaMemPoolGetAttribute", "%s: device %d", ctx, p->device);
+  }
+  return SPOOL_OK;
+}
+
+static void fill(spool_stats *out, const spool__counters *c, const pool_attrs *a) {
+  memset(out, 0, sizeof *out);
+  out->size = sizeof *out;
+  out->bytes_in_use = c->bytes_in_use;
+  out->bytes_in_use_peak = c->bytes_in_use_peak;
+  out->buffers_in_use = c->buffers_in_use;
+  out->buffers_in_use_peak = c->buffers_in_use_peak;
+  out->bytes_reserved = a->reserved;
+  out->bytes_reserved_peak = a->reserved_high;
+  out->allocs = c->allocs;
+  out->frees = c->frees;
+  out->bytes_used = a->used;
+  out->bytes_used_peak = a->used_high;
+  out->bytes_allocated = c->bytes_allocated;
+  out->alloc_failures = c->alloc_failures;
+  out->ooms = c->ooms;
+  out->trims = c->trims;
+}
+
+static spool_status snapshot(spool_pool *p, spool_stats *out, const char *ctx) {
+  pool_attrs a;
+  spool_status s = read_attrs(p, &a, ctx);
+  if (s != SPOOL_OK) return s;
+  pthread_mutex_lock(&p->lock);
+  spool__counters c = p->c;
+  pthread_mutex_unlock(&p->lock);
+  fill(out, &c, &a);
+  return SPOOL_OK;
+}
+
+spool_status spool_stats_get(spool_pool *pool, spool_stats *out) {
+  static const char ctx[] = "spool_stats_get";
+  if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", ctx);
+  if (!out) return spool__fail(SPOOL_ERR_INVALID, "%s: out is NULL", ctx);
+  spool_stats st;
+  spool_status s = snapshot(pool, &st, ctx);
+  if (s == SPOOL_OK) *out = st;
+  return s;
+}
+
+spool_status spool_stats_reset_peaks(spool_pool *pool) {
+  static const char ctx[] = "spool_stats_reset_peaks";
+  if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", ctx);
+  /* CUDA accepts only 0 for the high-water marks, meaning "reset to the current value". */
+  uint64_t zero = 0;
+  cudaError_t err = cudaMemPoolSetAttribute(pool->handle, cudaMemPoolAttrReservedMemHigh, &zero);
+  if (err == cudaSuccess)
+    err = cudaMemPoolSetAttribute(pool->handle, cudaMemPoolAttrUsedMemHigh, &zero);
+  if (err != cudaSuccess)
+    return spool__fail_cuda(err, "cudaMemPoolSetAttribute", "%s: device %d", ctx, pool->device);
+  pthread_mutex_lock(&pool->lock);
+  pool->c.bytes_in_use_peak = pool->c.bytes_in_use;
+  pool->c.buffers_in_use_peak = pool->c.buffers_in_use;
+  pthread_mutex_unlock(&pool->lock);
+  return SPOOL_OK;
+}
+
+/* ---- report ---------------------------------------------------------------------------------- */
+
+static void report_config(const spool_pool *p, FILE *out) {
+  char t[SPOOL__SIZE_TEXT], r[SPOOL__SIZE_TEXT], m[SPOOL__SIZE_TEXT];
+  const spool_config *c = &p->cfg;
+  fprintf(out, "  settings:  release_threshold=%s reserve=%s max_size=%s\n",
+          spool__format_size(c->release_threshold, t), spool__format_size(c->reserve, r),
+          c->max_size ? spool__format_size(c->max_size, m) : "none");
+  fprintf(out, "             reuse: follow_event_dependencies=%s allow_opportunistic=%s "
+               "allow_internal_dependencies=%s\n",
+          c->reuse_follow_event_dependencies ? "on" : "off",
+          c->reuse_allow_opportunistic ? "on" : "off",
+          c->reuse_allow_internal_dependencies ? "on" : "off");
+  fprintf(out, "             peer_access=[");
+  for (int i = 0; i < c->peer_access_count; i++) fprintf(out, "%s%d", i ? "," : "", c->peer_access[i]);
+  fprintf(out, "]\n");
+}
+
+static void report_stats(const spool_stats *st, FILE *out) {
+  char a[SPOOL__SIZE_TEXT], b[SPOOL__SIZE_TEXT], d[SPOOL__SIZE_TEXT], e[SPOOL__SIZE_TEXT];
+  fprintf(out, "  in use:    %s in %" PRIu64 " buffers (peak %s in %" PRIu64 ")\n",
+          spool__format_size(st->bytes_in_use, a), st->buffers_in_use,
+          spool__format_size(st->bytes_in_use_peak, b), st->buffers_in_use_peak);
+  fprintf(out, "  reserved:  %s (peak %s); the pool counts %s used (peak %s)\n",
+          spool__format_size(st->bytes_reserved, a), spool__format_size(st->bytes_reserved_peak, b),
+          spool__format_size(st->bytes_used, d), spool__format_size(st->bytes_used_peak, e));
+  fprintf(out, "  totals:    %" PRIu64 " allocs (%s), %" PRIu64 " frees, %" PRIu64
+               " failed allocs (%" PRIu64 " out of memory), %" PRIu64 " trims\n",
+          st->allocs, spool__format_size(st->bytes_allocated, a), st->frees, st->alloc_failures,
+          st->ooms, st->trims);
+}
+
+static void report_device(const spool_pool *p, FILE *out) {
+  size_t free_b = 0, total_b = 0;
+  char f[SPOOL__SIZE_TEXT], t[SPOOL__SIZE_TEXT];
+  if (spool__device_meminfo(p->device, &free_b, &total_b) == SPOOL_OK)
+    fprintf(out, "  device:    %s free of %s (cudaMemGetInfo)\n", spool__format_size(free_b, f),
+            spool__format_size(total_b, t));
+  else /* the report still has value without this line: say why it is missing */
+    fprintf(out, "  device:    cudaMemGetInfo unavailable: %s\n", spool_last_error());
+}
+
+static const char *device_name(int device, struct cudaDeviceProp *prop) {
+  if (cudaGetDeviceProperties(prop, device) != cudaSuccess) return "name unavailable";
+  prop->name[sizeof prop->name - 1] = '\0';
+  return prop->name;
+}
+
+spool_status spool_report(spool_pool *pool, FILE *out) {
+  static const char ctx[] = "spool_report";
+  if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", ctx);
+  if (!out) return spool__fail(SPOOL_ERR_INVALID, "%s: out is NULL", ctx);
+  spool_stats st;
+  spool_status s = snapshot(pool, &st, ctx);
+  if (s != SPOOL_OK) return s;
+  struct cudaDeviceProp prop;
+  fprintf(out, "spool %s pool %p on device %d (%s), %s\n", spool_version_string(),
+          (void *)pool->handle, pool->device, device_name(pool->device, &prop),
+          pool->owned ? "own cudaMemPool" : "adopted cudaMemPool");
+  report_config(pool, out);
+  report_stats(&st, out);
+  report_device(pool, out);
+  if (fflush(out) != 0 || ferror(out))
+    return spool__fail(SPOOL_ERR_IO, "%s: writing the report failed", ctx);
+  return SPOOL_OK;
+}

@@ -1,0 +1,86 @@
+/* cudasim: a host-side simulation of the part of the CUDA runtime that spool calls, for tests.
+ *
+ * The runtime functions themselves (cudaMallocFromPoolAsync, cudaStreamSynchronize, ...) are
+ * defined by cudasim with the exact signatures of the real cuda_runtime_api.h; a test program
+ * links `spool_sim` and `cudasim` instead of libcudart. This header is cudasim's control API:
+ * it shapes the simulated machine and injects faults. Test scaffolding only, never linked into
+ * the library.
+ *
+ * Model (see cudasim.c for the details and the simplifications it makes):
+ *  - devices with a memory capacity; pools reserve memory from it in 2 MiB segments;
+ *  - streams and events with deferred completion: work enqueued on a stream completes at once,
+ *    unless the stream is held, in which case it completes only at a synchronize or a release;
+ *  - a pool releases free memory down to its release threshold at every stream, event or device
+ *    synchronize, and down to minBytesToKeep at cudaMemPoolTrimTo, as CUDA does;
+ *  - device memory is real host memory, so cudaMemset and cudaMemcpy work on it.
+ * All functions are thread safe.
+ */
+#ifndef CUDASIM_H
+#define CUDASIM_H
+
+#include <stddef.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- the contract (DESIGN.md) ---------------------------------------------------------- */
+
+/* Fresh devices, streams, pools and counters; every armed failure cleared; 1 device of
+ * CUDASIM_DEFAULT_CAPACITY bytes, driver version 13000, pools supported, all peers accessible. */
+void cudasim_reset(void);
+
+/* Number of devices; default 1. 0 makes device calls fail with cudaErrorNoDevice. */
+void cudasim_set_device_count(int n);
+
+/* Device memory in bytes; reservations beyond it fail with cudaErrorMemoryAllocation. */
+void cudasim_set_capacity(int device, size_t bytes);
+
+/* The nth next call of api (by name, e.g. "cudaMallocFromPoolAsync"; nth 1 is the very next
+ * call) fails with err and does nothing else. Several may be armed at once. */
+void cudasim_fail(const char *api, int nth, cudaError_t err);
+
+/* Work enqueued on s stops completing ... */
+void cudasim_hold(cudaStream_t s);
+
+/* ... until released (its pending work completes now); a synchronize completes it too. */
+void cudasim_release(cudaStream_t s);
+
+/* How often api was called since the last reset, failed calls included. */
+long cudasim_calls(const char *api);
+
+/* ---- more control, for the tests' needs ------------------------------------------------- */
+
+#define CUDASIM_DEFAULT_CAPACITY ((size_t)16 << 30) /* 16 GiB */
+#define CUDASIM_GRANULARITY ((size_t)2 << 20)       /* pools reserve in multiples of 2 MiB */
+
+/* What cudaDriverGetVersion reports; default 13000. 0 means no driver is installed: then every
+ * call but cudaDriverGetVersion and cudaRuntimeGetVersion fails with
+ * cudaErrorInsufficientDriver. */
+void cudasim_set_driver_version(int version);
+
+/* cudaDevAttrMemoryPoolsSupported of device; default 1. */
+void cudasim_set_pools_supported(int device, int supported);
+
+/* What cudaDeviceCanAccessPeer(&can, device, peer) reports; default 1 for distinct devices. */
+void cudasim_set_can_access_peer(int device, int peer, int can);
+
+/* Pools created and not yet destroyed (default pools not counted). */
+int cudasim_pool_count(void);
+
+/* Allocations live on all devices: pool blocks not yet freed plus cudaMalloc'd memory. */
+long cudasim_live_allocations(void);
+
+/* Streams created and not yet destroyed. */
+int cudasim_stream_count(void);
+
+/* Operations enqueued on s that have not completed. */
+long cudasim_pending(cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CUDASIM_H */
