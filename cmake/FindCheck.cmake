@@ -10,7 +10,8 @@ endif()
 
 if(PC_CHECK_FOUND)
   set(Check_VERSION ${PC_CHECK_VERSION})
-  set(Check_INCLUDE_DIR ${PC_CHECK_INCLUDE_DIRS})
+  # pkg-config leaves INCLUDE_DIRS empty for /usr/include; find the header to be sure it is there.
+  find_path(Check_INCLUDE_DIR check.h HINTS ${PC_CHECK_INCLUDE_DIRS} ${PC_CHECK_INCLUDEDIR})
   set(Check_LIBRARY PkgConfig::PC_CHECK)
   if(NOT TARGET Check::check)
     add_library(Check::check INTERFACE IMPORTED)

@@ -73,7 +73,9 @@ END_TEST
 
 static void *fail_in_thread(void *arg) {
   spool__fail(SPOOL_ERR_OOM, "thread %d", *(int *)arg);
-  return strdup(spool_last_error());
+  char *copy = malloc(strlen(spool_last_error()) + 1);
+  if (copy) strcpy(copy, spool_last_error());
+  return copy;
 }
 
 START_TEST(last_error_is_per_thread) {
@@ -88,6 +90,7 @@ START_TEST(last_error_is_per_thread) {
     void *msg = NULL;
     char want[32];
     ck_assert_int_eq(pthread_join(th[i], &msg), 0);
+    ck_assert_ptr_nonnull(msg);
     snprintf(want, sizeof want, "thread %d", i);
     ck_assert_str_eq(msg, want);
     free(msg);

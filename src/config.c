@@ -1,0 +1,725 @@
+/* Configuration: defaults, the key=value text form (string, file, SPOOL_CONF), validation and
+ * formatting back to text.
+ *
+ * Every key is one row of spool__keys below: its name, a value type (how to parse and format it)
+ * and where it lives in spool_config. A new key is one row, plus a type if no existing one fits.
+ *
+ * Choices made here (the README's config section says the same):
+ *  - keys are case-sensitive (they are the struct's field names); values are not: `4gib`, `ON`
+ *    and `Own` all read;
+ *  - an entry never spans lines: a list's brackets must close on the line that opens them;
+ *  - parsing works on a copy and commits only when the whole text is good, so a half-applied
+ *    config never reaches a pool;
+ *  - nothing here allocates except spool_config_load's file buffer, and nothing is global but
+ *    constant tables: everything is thread safe for distinct cfg. */
+#define _POSIX_C_SOURCE 200809L /* strerror_r */
+
+#include "internal.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- small text helpers --------------------------------------------------------------------- */
+
+typedef struct spool__span {
+  const char *s;
+  size_t n;
+} spool__span;
+
+static spool__span spool__span_of(const char *begin, const char *end) {
+  spool__span sp;
+  sp.s = begin;
+  sp.n = (size_t)(end - begin);
+  return sp;
+}
+
+static int spool__space(char c) {
+  return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f';
+}
+
+static spool__span spool__trim(spool__span sp) {
+  while (sp.n > 0 && spool__space(sp.s[0])) {
+    sp.s++;
+    sp.n--;
+  }
+  while (sp.n > 0 && spool__space(sp.s[sp.n - 1])) sp.n--;
+  return sp;
+}
+
+static char spool__lower(char c) { return (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c; }
+
+static int spool__same_nocase(spool__span sp, const char *word) {
+  size_t i;
+  for (i = 0; i < sp.n; i++) {
+    if (word[i] == '\0' || spool__lower(sp.s[i]) != spool__lower(word[i])) return 0;
+  }
+  return word[sp.n] == '\0';
+}
+
+static int spool__same(spool__span sp, const char *word) {
+  return strlen(word) == sp.n && memcmp(sp.s, word, sp.n) == 0;
+}
+
+/* Quotable form of user text for a message: long values are cut, so that one bad line cannot
+ * push the line number and the reason out of the message buffer. */
+#define SPOOL__QUOTE 72
+static const char *spool__quote(spool__span sp, char out[SPOOL__QUOTE]) {
+  if (sp.n <= 64)
+    snprintf(out, SPOOL__QUOTE, "%.*s", (int)sp.n, sp.s);
+  else
+    snprintf(out, SPOOL__QUOTE, "%.60s...", sp.s);
+  return out;
+}
+
+/* Appends to a buffer and counts what it would need, so one function both measures and writes
+ * (buf NULL and cap 0 measure only). */
+typedef struct spool__writer {
+  char *buf;
+  size_t cap;
+  size_t used; /* characters wanted so far, NUL excluded; may exceed cap */
+} spool__writer;
+
+static void spool__put(spool__writer *w, const char *fmt, ...) SPOOL__PRINTF(2, 3);
+static void spool__put(spool__writer *w, const char *fmt, ...) {
+  va_list ap;
+  int n;
+  va_start(ap, fmt);
+  if (w->used < w->cap)
+    n = vsnprintf(w->buf + w->used, w->cap - w->used, fmt, ap);
+  else
+    n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (n > 0) w->used += (size_t)n;
+}
+
+/* Writes the reason for a failed value into why and returns -1. */
+static int spool__why(char *why, size_t why_len, const char *fmt, ...) SPOOL__PRINTF(3, 4);
+static int spool__why(char *why, size_t why_len, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, why_len, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+/* ---- value types ---------------------------------------------------------------------------- */
+
+typedef struct spool__key spool__key;
+
+typedef struct spool__type {
+  const char *expected; /* for messages: "expected <this>, got ..."; NULL: built from choices */
+  /* Parses v (trimmed, not empty) into the key's field of cfg. Returns 0, or -1 with a short
+   * reason in why ("" when the expected text says it all). */
+  int (*parse)(const spool__key *key, spool__span v, spool_config *cfg, char *why, size_t why_len);
+  /* Writes the field as text that parse reads back to the same value. */
+  void (*format)(const spool__key *key, const spool_config *cfg, spool__writer *w);
+} spool__type;
+
+struct spool__key {
+  const char *name;              /* the text key and the field's name */
+  const spool__type *type;
+  size_t offset;                 /* of the field in spool_config */
+  const char *const *choices;    /* choice keys: accepted words by value, NULL-terminated */
+  const char *help;              /* one line, for people reading this table */
+};
+
+static void *spool__field(const spool__key *key, spool_config *cfg) {
+  return (char *)cfg + key->offset;
+}
+
+static const void *spool__cfield(const spool__key *key, const spool_config *cfg) {
+  return (const char *)cfg + key->offset;
+}
+
+/* An int >= 0 (device ordinals, counts). No sign, no spaces inside: "+1" or "1 2" are typos. */
+static int spool__parse_int(spool__span v, int *out, char *why, size_t why_len) {
+  long long x = 0;
+  size_t i;
+  if (v.n > 0 && v.s[0] == '-') return spool__why(why, why_len, "negative");
+  for (i = 0; i < v.n; i++) {
+    if (v.s[i] < '0' || v.s[i] > '9') return spool__why(why, why_len, "not an integer");
+    x = x * 10 + (v.s[i] - '0');
+    if (x > INT_MAX) return spool__why(why, why_len, "too large (most is %d)", INT_MAX);
+  }
+  if (v.n == 0) return spool__why(why, why_len, "empty");
+  *out = (int)x;
+  return 0;
+}
+
+static int spool__int_parse(const spool__key *key, spool__span v, spool_config *cfg, char *why,
+                            size_t why_len) {
+  int x;
+  if (spool__parse_int(v, &x, why, why_len) != 0) return -1;
+  memcpy(spool__field(key, cfg), &x, sizeof x);
+  return 0;
+}
+
+static void spool__int_format(const spool__key *key, const spool_config *cfg, spool__writer *w) {
+  int x;
+  memcpy(&x, spool__cfield(key, cfg), sizeof x);
+  spool__put(w, "%d", x);
+}
+
+static int spool__size_parse(const spool__key *key, spool__span v, spool_config *cfg, char *why,
+                             size_t why_len) {
+  uint64_t x;
+  if (spool__parse_size(v.s, v.n, &x, why, why_len) != 0) return -1;
+  memcpy(spool__field(key, cfg), &x, sizeof x);
+  return 0;
+}
+
+/* Exact bytes, not "1.50 GiB": the text must read back to the very same number. */
+static void spool__size_format(const spool__key *key, const spool_config *cfg, spool__writer *w) {
+  uint64_t x;
+  memcpy(&x, spool__cfield(key, cfg), sizeof x);
+  if (x == UINT64_MAX)
+    spool__put(w, "max");
+  else
+    spool__put(w, "%llu", (unsigned long long)x);
+}
+
+static int spool__bool_parse(const spool__key *key, spool__span v, spool_config *cfg, char *why,
+                             size_t why_len) {
+  static const char *const yes[] = {"on", "true", "1"}, *const no[] = {"off", "false", "0"};
+  bool x;
+  size_t i;
+  for (i = 0; i < 3; i++) {
+    if (spool__same_nocase(v, yes[i]) || spool__same_nocase(v, no[i])) break;
+  }
+  if (i == 3) return spool__why(why, why_len, "%s", "");
+  x = spool__same_nocase(v, yes[i]);
+  memcpy(spool__field(key, cfg), &x, sizeof x);
+  return 0;
+}
+
+static void spool__bool_format(const spool__key *key, const spool_config *cfg, spool__writer *w) {
+  bool x;
+  memcpy(&x, spool__cfield(key, cfg), sizeof x);
+  spool__put(w, "%s", x ? "on" : "off");
+}
+
+/* A choice is stored as its index in key->choices, in an enum field. */
+_Static_assert(sizeof(spool_pool_source) == sizeof(int), "choice fields are int-sized enums");
+
+static int spool__choice_parse(const spool__key *key, spool__span v, spool_config *cfg, char *why,
+                               size_t why_len) {
+  int i;
+  for (i = 0; key->choices[i] != NULL; i++) {
+    if (spool__same_nocase(v, key->choices[i])) {
+      memcpy(spool__field(key, cfg), &i, sizeof i);
+      return 0;
+    }
+  }
+  return spool__why(why, why_len, "%s", "");
+}
+
+static void spool__choice_format(const spool__key *key, const spool_config *cfg,
+                                 spool__writer *w) {
+  int x, i;
+  memcpy(&x, spool__cfield(key, cfg), sizeof x);
+  for (i = 0; key->choices[i] != NULL; i++) {
+    if (i == x) {
+      spool__put(w, "%s", key->choices[i]);
+      return;
+    }
+  }
+  spool__put(w, "%d", x); /* not a valid value (validate says so); still no out-of-bounds read */
+}
+
+/* Peers: `[1,2]`, `[]`, or a bare `1`. Checked here (duplicates, count) as well as in validate,
+ * so that the error names the line. Parses item into peers[count]: the array has one slot more
+ * than SPOOL_MAX_PEERS, so the item can be read before the count is checked. */
+static int spool__peer_item(spool__span item, int *peers, int count, char *why, size_t why_len) {
+  char q[SPOOL__QUOTE], r[64];
+  int i;
+  if (item.n == 0) return spool__why(why, why_len, "empty entry in the list");
+  if (spool__parse_int(item, &peers[count], r, sizeof r) != 0)
+    return spool__why(why, why_len, "'%s': %s", spool__quote(item, q), r);
+  if (count >= SPOOL_MAX_PEERS)
+    return spool__why(why, why_len, "more than %d devices", SPOOL_MAX_PEERS);
+  for (i = 0; i < count; i++) {
+    if (peers[i] == peers[count])
+      return spool__why(why, why_len, "device %d is listed twice", peers[i]);
+  }
+  return 0;
+}
+
+static int spool__peers_parse(const spool__key *key, spool__span v, spool_config *cfg, char *why,
+                              size_t why_len) {
+  int peers[SPOOL_MAX_PEERS + 1] = {0}, count = 0;
+  const char *p, *item, *end;
+  (void)key;
+  if (v.s[0] != '[') { /* a bare single ordinal */
+    if (spool__peer_item(v, peers, 0, why, why_len) != 0) return -1;
+    count = 1;
+  } else if (v.s[v.n - 1] != ']') {
+    return spool__why(why, why_len, "%s",
+                      memchr(v.s, ']', v.n) ? "text after ']'" : "no closing ']'");
+  } else {
+    end = v.s + v.n - 1;
+    if (spool__trim(spool__span_of(v.s + 1, end)).n > 0) {
+      for (item = p = v.s + 1;; p++) {
+        if (p == end || *p == ',') {
+          if (spool__peer_item(spool__trim(spool__span_of(item, p)), peers, count, why,
+                               why_len) != 0)
+            return -1;
+          count++;
+          if (p == end) break;
+          item = p + 1;
+        }
+      }
+    }
+  }
+  memcpy(cfg->peer_access, peers, sizeof cfg->peer_access); /* unused slots become 0 */
+  cfg->peer_access_count = count;
+  return 0;
+}
+
+static void spool__peers_format(const spool__key *key, const spool_config *cfg,
+                                spool__writer *w) {
+  int i, n = cfg->peer_access_count;
+  (void)key;
+  if (n < 0) n = 0; /* invalid counts (validate rejects them) must not read out of bounds */
+  if (n > SPOOL_MAX_PEERS) n = SPOOL_MAX_PEERS;
+  spool__put(w, "[");
+  for (i = 0; i < n; i++) spool__put(w, i ? ",%d" : "%d", cfg->peer_access[i]);
+  spool__put(w, "]");
+}
+
+static const spool__type spool__type_int = {"an integer >= 0", spool__int_parse,
+                                            spool__int_format};
+static const spool__type spool__type_size = {"a size such as 512MiB, 4GiB, 1.5G or max",
+                                             spool__size_parse, spool__size_format};
+static const spool__type spool__type_bool = {"on, off, true, false, 1 or 0", spool__bool_parse,
+                                             spool__bool_format};
+static const spool__type spool__type_choice = {NULL, spool__choice_parse, spool__choice_format};
+static const spool__type spool__type_peers = {"a list of device ordinals such as [1,2], [] or 1",
+                                              spool__peers_parse, spool__peers_format};
+
+/* ---- the keys ------------------------------------------------------------------------------- */
+
+static const char *const spool__pool_choices[] = {"own", "default", NULL}; /* by enum value */
+
+#define SPOOL__AT(field) offsetof(spool_config, field)
+static const spool__key spool__keys[] = {
+    {"device", &spool__type_int, SPOOL__AT(device), NULL, "CUDA device ordinal of the pool"},
+    {"release_threshold", &spool__type_size, SPOOL__AT(release_threshold), NULL,
+     "reserved bytes kept at a synchronize instead of returned to the driver"},
+    {"reserve", &spool__type_size, SPOOL__AT(reserve), NULL, "bytes reserved at create"},
+    {"max_size", &spool__type_size, SPOOL__AT(max_size), NULL,
+     "most bytes the pool may reserve; 0: no limit"},
+    {"reuse_follow_event_dependencies", &spool__type_bool,
+     SPOOL__AT(reuse_follow_event_dependencies), NULL, "cudaMemPoolReuseFollowEventDependencies"},
+    {"reuse_allow_opportunistic", &spool__type_bool, SPOOL__AT(reuse_allow_opportunistic), NULL,
+     "cudaMemPoolReuseAllowOpportunistic"},
+    {"reuse_allow_internal_dependencies", &spool__type_bool,
+     SPOOL__AT(reuse_allow_internal_dependencies), NULL,
+     "cudaMemPoolReuseAllowInternalDependencies"},
+    {"peer_access", &spool__type_peers, SPOOL__AT(peer_access), NULL,
+     "devices given read-write access to the pool's memory"},
+    {"pool", &spool__type_choice, SPOOL__AT(pool), spool__pool_choices,
+     "own: a new cudaMemPool; default: the device's default pool"},
+};
+#undef SPOOL__AT
+#define SPOOL__NKEYS (sizeof spool__keys / sizeof spool__keys[0])
+#define SPOOL__KEY_MAX 48 /* longest key name the suggestion code handles */
+
+static const spool__key *spool__find_key(spool__span name) {
+  size_t i;
+  for (i = 0; i < SPOOL__NKEYS; i++) {
+    if (spool__same(name, spool__keys[i].name)) return &spool__keys[i];
+  }
+  return NULL;
+}
+
+/* "own or default", "a, b or c" */
+static const char *spool__expected(const spool__key *key, char *out, size_t len) {
+  spool__writer w;
+  int i;
+  if (key->type->expected != NULL) return key->type->expected;
+  w.buf = out;
+  w.cap = len;
+  w.used = 0;
+  out[0] = '\0';
+  for (i = 0; key->choices[i] != NULL; i++) {
+    const char *sep = i == 0 ? "" : key->choices[i + 1] == NULL ? " or " : ", ";
+    spool__put(&w, "%s%s", sep, key->choices[i]);
+  }
+  return out;
+}
+
+/* ---- suggestions for unknown keys ---------------------------------------------------------- */
+
+/* Levenshtein distance between the user's text and a key name, one row of the table at a time.
+ * Case is ignored: keys are lowercase, so `DEVICE` is one fix away from `device` for the user. */
+static size_t spool__distance(spool__span a, const char *b) {
+  size_t row[SPOOL__KEY_MAX + 1], bn = strlen(b), i, j;
+  if (bn > SPOOL__KEY_MAX) return SIZE_MAX;
+  for (j = 0; j <= bn; j++) row[j] = j;
+  for (i = 1; i <= a.n; i++) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (j = 1; j <= bn; j++) {
+      size_t up = row[j], best = diag + (spool__lower(a.s[i - 1]) != b[j - 1]);
+      if (up + 1 < best) best = up + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      diag = up;
+      row[j] = best;
+    }
+  }
+  return row[bn];
+}
+
+/* The key a typo most likely meant, or NULL. "Close" grows with the key's length (one slip per
+ * four letters, plus one), so `dev` is not taken for `device` but `relase_threshold`,
+ * `release-threshold` and `Reserve` are recognised. */
+static const spool__key *spool__nearest_key(spool__span name) {
+  const spool__key *best = NULL;
+  size_t best_d = SIZE_MAX, i;
+  if (name.n > 2 * SPOOL__KEY_MAX) return NULL;
+  for (i = 0; i < SPOOL__NKEYS; i++) {
+    size_t d = spool__distance(name, spool__keys[i].name);
+    if (d <= 1 + strlen(spool__keys[i].name) / 4 && d < best_d) {
+      best = &spool__keys[i];
+      best_d = d;
+    }
+  }
+  return best;
+}
+
+/* ---- parsing -------------------------------------------------------------------------------- */
+
+typedef struct spool__source {
+  const char *name; /* "config", "SPOOL_CONF" or a path */
+  int is_file;      /* messages read "path:3:" for files, "config line 3:" otherwise */
+} spool__source;
+
+typedef struct spool__parser {
+  const spool__source *src;
+  unsigned line;
+  spool_config *cfg;       /* the working copy */
+  const spool__key *prev;  /* key of the previous entry on this line, for hints */
+} spool__parser;
+
+static spool_status spool__bad(const spool__parser *p, const char *fmt, ...) SPOOL__PRINTF(2, 3);
+static spool_status spool__bad(const spool__parser *p, const char *fmt, ...) {
+  char detail[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(detail, sizeof detail, fmt, ap);
+  va_end(ap);
+  if (p->src->is_file)
+    return spool__fail(SPOOL_ERR_CONFIG, "%s:%u: %s", p->src->name, p->line, detail);
+  return spool__fail(SPOOL_ERR_CONFIG, "%s line %u: %s", p->src->name, p->line, detail);
+}
+
+static spool_status spool__unknown_key(const spool__parser *p, spool__span name) {
+  char q[SPOOL__QUOTE], list[1024];
+  const spool__key *near = spool__nearest_key(name);
+  spool__writer w;
+  size_t i;
+  if (near != NULL)
+    return spool__bad(p, "unknown key '%s' (did you mean '%s'?)", spool__quote(name, q),
+                      near->name);
+  w.buf = list;
+  w.cap = sizeof list;
+  w.used = 0;
+  for (i = 0; i < SPOOL__NKEYS; i++) spool__put(&w, "%s%s", i ? ", " : "", spool__keys[i].name);
+  return spool__bad(p, "unknown key '%s' (valid keys: %s)", spool__quote(name, q), list);
+}
+
+static spool_status spool__no_equals(const spool__parser *p, spool__span entry) {
+  char q[SPOOL__QUOTE];
+  /* `peer_access=1,2` splits at the comma; say how to write a list instead of only "no '='". */
+  const char *hint = p->prev != NULL && p->prev->type == &spool__type_peers
+                         ? "; a list needs brackets, as in peer_access=[1,2]"
+                         : "";
+  return spool__bad(p, "'%s' has no '=' (expected key=value%s)", spool__quote(entry, q), hint);
+}
+
+static spool_status spool__apply(spool__parser *p, spool__span entry) {
+  char q[SPOOL__QUOTE], why[160], choices[160];
+  const char *eq, *expected;
+  const spool__key *key;
+  spool__span name, value;
+
+  entry = spool__trim(entry);
+  if (entry.n == 0) return SPOOL_OK; /* "a=1,,b=2", blank lines, trailing commas */
+  eq = memchr(entry.s, '=', entry.n);
+  if (eq == NULL) return spool__no_equals(p, entry);
+  name = spool__trim(spool__span_of(entry.s, eq));
+  value = spool__trim(spool__span_of(eq + 1, entry.s + entry.n));
+  if (name.n == 0)
+    return spool__bad(p, "'%s' has no key before '=' (expected key=value)",
+                      spool__quote(entry, q));
+  key = spool__find_key(name);
+  if (key == NULL) return spool__unknown_key(p, name);
+  expected = spool__expected(key, choices, sizeof choices);
+  if (value.n == 0) return spool__bad(p, "%s: empty value (expected %s)", key->name, expected);
+  why[0] = '\0';
+  if (key->type->parse(key, value, p->cfg, why, sizeof why) != 0)
+    return spool__bad(p, "%s: expected %s, got '%s'%s%s%s", key->name, expected,
+                      spool__quote(value, q), why[0] ? " (" : "", why, why[0] ? ")" : "");
+  p->prev = key;
+  return SPOOL_OK;
+}
+
+/* One line: the part before '#', split at commas outside brackets. */
+static spool_status spool__parse_line(spool__parser *p, const char *line, const char *end) {
+  const char *hash = memchr(line, '#', (size_t)(end - line));
+  const char *c, *entry = line;
+  int depth = 0;
+  spool_status st;
+  if (hash != NULL) end = hash;
+  for (c = line;; c++) {
+    if (c == end || (*c == ',' && depth == 0)) {
+      if ((st = spool__apply(p, spool__span_of(entry, c))) != SPOOL_OK) return st;
+      if (c == end) return SPOOL_OK;
+      entry = c + 1;
+    } else if (*c == '[') {
+      depth++;
+    } else if (*c == ']' && depth > 0) {
+      depth--;
+    }
+  }
+}
+
+static spool_status spool__parse_text(spool_config *cfg, const char *text, size_t len,
+                                      const spool__source *src) {
+  spool_config work = *cfg;
+  spool__parser p;
+  const char *line = text, *end = text + len;
+  spool_status st;
+
+  p.src = src;
+  p.line = 0;
+  p.cfg = &work;
+  for (;;) {
+    const char *nl = memchr(line, '\n', (size_t)(end - line));
+    p.line++;
+    p.prev = NULL;
+    if ((st = spool__parse_line(&p, line, nl ? nl : end)) != SPOOL_OK) return st;
+    if (nl == NULL) break;
+    line = nl + 1;
+  }
+  *cfg = work;
+  return SPOOL_OK;
+}
+
+/* ---- the public functions ------------------------------------------------------------------- */
+
+void spool_config_init(spool_config *cfg) {
+  if (cfg == NULL) return; /* documented as a caller error; a no-op beats a crash */
+  memset(cfg, 0, sizeof *cfg);
+  cfg->device = 0;
+  cfg->release_threshold = UINT64_MAX; /* keep everything, as CCCL's device_memory_pool does */
+  cfg->reserve = 0;
+  cfg->max_size = 0;
+  cfg->reuse_follow_event_dependencies = true; /* CUDA's own defaults for a new pool */
+  cfg->reuse_allow_opportunistic = true;
+  cfg->reuse_allow_internal_dependencies = true;
+  cfg->peer_access_count = 0;
+  cfg->pool = SPOOL_POOL_OWN;
+}
+
+spool_status spool_config_parse(spool_config *cfg, const char *text) {
+  static const spool__source src = {"config", 0};
+  if (cfg == NULL) return spool__fail(SPOOL_ERR_INVALID, "spool_config_parse: cfg is NULL");
+  if (text == NULL) return spool__fail(SPOOL_ERR_INVALID, "spool_config_parse: text is NULL");
+  return spool__parse_text(cfg, text, strlen(text), &src);
+}
+
+/* errno in words, without strerror's shared buffer. */
+static const char *spool__errno_text(int err, char *buf, size_t len) {
+#if defined(_GNU_SOURCE) && defined(__GLIBC__)
+  return strerror_r(err, buf, len); /* the GNU variant, if a build asks for it */
+#else
+  if (strerror_r(err, buf, len) != 0) snprintf(buf, len, "error %d", err);
+  return buf;
+#endif
+}
+
+static spool_status spool__io_fail(const char *what, const char *path, int err) {
+  char msg[128];
+  return spool__fail(SPOOL_ERR_IO, "spool_config_load: cannot %s '%s': %s", what, path,
+                     spool__errno_text(err, msg, sizeof msg));
+}
+
+/* Reads the whole file into a NUL-terminated malloc'd buffer; any size that memory allows. */
+static spool_status spool__read_file(const char *path, char **text, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  size_t cap = 4096, n = 0;
+  char *buf;
+  if (f == NULL) return spool__io_fail("open", path, errno);
+  buf = malloc(cap);
+  while (buf != NULL) {
+    n += fread(buf + n, 1, cap - 1 - n, f);
+    if (n < cap - 1) break; /* end of file or an error: ferror says which */
+    if (cap > SIZE_MAX / 2) { /* cannot grow further */
+      free(buf);
+      buf = NULL;
+      break;
+    }
+    {
+      char *bigger = realloc(buf, cap * 2);
+      if (bigger == NULL) {
+        free(buf);
+        buf = NULL;
+        break;
+      }
+      buf = bigger;
+      cap *= 2;
+    }
+  }
+  if (buf == NULL) {
+    fclose(f);
+    return spool__fail(SPOOL_ERR_HOST_OOM, "spool_config_load: out of host memory reading '%s'",
+                       path);
+  }
+  if (ferror(f)) {
+    int err = errno;
+    fclose(f);
+    free(buf);
+    return spool__io_fail("read", path, err); /* e.g. EISDIR: fopen accepts a directory */
+  }
+  fclose(f);
+  buf[n] = '\0';
+  *text = buf;
+  *len = n;
+  return SPOOL_OK;
+}
+
+spool_status spool_config_load(spool_config *cfg, const char *path) {
+  spool__source src;
+  char *text = NULL;
+  const char *start, *nul;
+  size_t len = 0;
+  spool_status st;
+
+  if (cfg == NULL) return spool__fail(SPOOL_ERR_INVALID, "spool_config_load: cfg is NULL");
+  if (path == NULL) return spool__fail(SPOOL_ERR_INVALID, "spool_config_load: path is NULL");
+  if ((st = spool__read_file(path, &text, &len)) != SPOOL_OK) return st;
+  src.name = path;
+  src.is_file = 1;
+  start = text;
+  if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0) start += 3; /* editors' UTF-8 mark */
+  nul = memchr(start, '\0', len - (size_t)(start - text));
+  if (nul != NULL) {
+    unsigned line = 1;
+    const char *c;
+    for (c = start; c < nul; c++) line += *c == '\n';
+    st = spool__fail(SPOOL_ERR_CONFIG, "%s:%u: contains a NUL byte (not a text file?)", path,
+                     line);
+  } else {
+    st = spool__parse_text(cfg, start, len - (size_t)(start - text), &src);
+  }
+  free(text);
+  return st;
+}
+
+spool_status spool_config_from_env(spool_config *cfg) {
+  static const spool__source src = {"SPOOL_CONF", 0};
+  const char *text;
+  if (cfg == NULL) return spool__fail(SPOOL_ERR_INVALID, "spool_config_from_env: cfg is NULL");
+  text = getenv("SPOOL_CONF");
+  if (text == NULL || text[0] == '\0') return SPOOL_OK;
+  return spool__parse_text(cfg, text, strlen(text), &src);
+}
+
+/* ---- validation ----------------------------------------------------------------------------- */
+
+/* "2.00 GiB (2147483648 bytes)": readable, and exact where two values would print alike. */
+static const char *spool__size_words(uint64_t v, char out[64]) {
+  char human[SPOOL__SIZE_TEXT];
+  spool__format_size(v, human);
+  if (v < 1024 || v == UINT64_MAX)
+    snprintf(out, 64, "%s", human);
+  else
+    snprintf(out, 64, "%s (%llu bytes)", human, (unsigned long long)v);
+  return out;
+}
+
+static spool_status spool__validate_sizes(const spool_config *cfg) {
+  char a[64], b[64];
+  if (cfg->reserve > cfg->release_threshold)
+    return spool__fail(SPOOL_ERR_CONFIG,
+                       "config: reserve %s is more than release_threshold %s: the first "
+                       "synchronize would give it back",
+                       spool__size_words(cfg->reserve, a),
+                       spool__size_words(cfg->release_threshold, b));
+  if (cfg->max_size != 0 && cfg->reserve > cfg->max_size)
+    return spool__fail(SPOOL_ERR_CONFIG,
+                       "config: reserve %s is more than max_size %s: the pool may never hold it",
+                       spool__size_words(cfg->reserve, a), spool__size_words(cfg->max_size, b));
+  return SPOOL_OK;
+}
+
+static spool_status spool__validate_peers(const spool_config *cfg) {
+  int i, j;
+  if (cfg->peer_access_count < 0 || cfg->peer_access_count > SPOOL_MAX_PEERS)
+    return spool__fail(SPOOL_ERR_CONFIG, "config: peer_access_count is %d (expected 0 to %d)",
+                       cfg->peer_access_count, SPOOL_MAX_PEERS);
+  for (i = 0; i < cfg->peer_access_count; i++) {
+    if (cfg->peer_access[i] < 0)
+      return spool__fail(SPOOL_ERR_CONFIG,
+                         "config: peer_access[%d] is %d (expected a device ordinal >= 0)", i,
+                         cfg->peer_access[i]);
+    for (j = 0; j < i; j++) {
+      if (cfg->peer_access[j] == cfg->peer_access[i])
+        return spool__fail(SPOOL_ERR_CONFIG,
+                           "config: peer_access lists device %d twice (peer_access[%d] and "
+                           "peer_access[%d])",
+                           cfg->peer_access[i], j, i);
+    }
+  }
+  return SPOOL_OK;
+}
+
+spool_status spool_config_validate(const spool_config *cfg) {
+  spool_status st;
+  if (cfg == NULL) return spool__fail(SPOOL_ERR_INVALID, "spool_config_validate: cfg is NULL");
+  if (cfg->device < 0)
+    return spool__fail(SPOOL_ERR_CONFIG, "config: device is %d (expected a device ordinal >= 0)",
+                       cfg->device);
+  if ((st = spool__validate_sizes(cfg)) != SPOOL_OK) return st;
+  if ((st = spool__validate_peers(cfg)) != SPOOL_OK) return st;
+  if (cfg->pool != SPOOL_POOL_OWN && cfg->pool != SPOOL_POOL_DEFAULT)
+    return spool__fail(SPOOL_ERR_CONFIG, "config: pool is %d (expected SPOOL_POOL_OWN or "
+                       "SPOOL_POOL_DEFAULT)", (int)cfg->pool);
+  /* max_size has no lower bound here: CUDA rounds it to its granularity, and any floor spool
+   * picked would be a guess. Whether CUDA can honour it is spool_pool_create's question. */
+  return SPOOL_OK;
+}
+
+/* ---- formatting ----------------------------------------------------------------------------- */
+
+static void spool__write_config(const spool_config *cfg, spool__writer *w) {
+  size_t i;
+  for (i = 0; i < SPOOL__NKEYS; i++) {
+    spool__put(w, "%s=", spool__keys[i].name);
+    spool__keys[i].type->format(&spool__keys[i], cfg, w);
+    spool__put(w, "\n");
+  }
+}
+
+spool_status spool_config_format(const spool_config *cfg, char *buf, size_t len) {
+  spool__writer w = {NULL, 0, 0};
+  if (cfg == NULL) return spool__fail(SPOOL_ERR_INVALID, "spool_config_format: cfg is NULL");
+  if (buf == NULL) return spool__fail(SPOOL_ERR_INVALID, "spool_config_format: buf is NULL");
+  spool__write_config(cfg, &w); /* measure first: buf stays untouched on failure */
+  if (w.used >= len)
+    return spool__fail(SPOOL_ERR_INVALID,
+                       "spool_config_format: buf has %zu bytes, the text needs %zu (NUL "
+                       "included)",
+                       len, w.used + 1);
+  w.buf = buf;
+  w.cap = len;
+  w.used = 0;
+  spool__write_config(cfg, &w);
+  return SPOOL_OK;
+}
