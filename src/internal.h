@@ -28,6 +28,9 @@ spool_status spool__fail_cuda(cudaError_t err, const char *api, const char *fmt,
 /* Appends to this thread's message (e.g. a cleanup that failed too) and returns s. */
 spool_status spool__append(spool_status s, const char *fmt, ...) SPOOL__PRINTF(2, 3);
 
+/* Puts "<context>: " in front of this thread's message and returns s. */
+spool_status spool__prefix(spool_status s, const char *context);
+
 /* The status spool__fail_cuda would return for err. */
 spool_status spool__status_of_cuda(cudaError_t err);
 

@@ -208,7 +208,7 @@ static spool_status resolve_config(const spool_config *cfg, spool_config *out, c
     if (s != SPOOL_OK) return s;
   }
   spool_status s = spool_config_validate(out);
-  if (s != SPOOL_OK) return spool__fail(s, "%s: %s", ctx, spool_last_error());
+  if (s != SPOOL_OK) return spool__prefix(s, ctx);
   return SPOOL_OK;
 }
 

@@ -74,3 +74,10 @@ spool_status spool__append(spool_status s, const char *fmt, ...) {
   va_end(ap);
   return s;
 }
+
+spool_status spool__prefix(spool_status s, const char *context) {
+  char copy[sizeof last_error];
+  memcpy(copy, last_error, sizeof copy);
+  snprintf(last_error, sizeof last_error, "%s: %s", context, copy);
+  return s;
+}

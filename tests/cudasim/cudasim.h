@@ -79,6 +79,17 @@ int cudasim_stream_count(void);
 /* Operations enqueued on s that have not completed. */
 long cudasim_pending(cudaStream_t s);
 
+/* ---- additions -------------------------------------------------------------------------------
+ * Notes on the functions above: the control functions are not counted by cudasim_calls and never
+ * fail by injection. cudasim_hold, cudasim_release and cudasim_pending take NULL /
+ * cudaStreamLegacy (the calling thread's current device's legacy stream) and cudaStreamPerThread
+ * (the calling thread's); on an unknown or destroyed stream hold and release do nothing and
+ * cudasim_pending returns -1. cudasim_release completes the work but, unlike a synchronize, does
+ * not make pools release memory (the real runtime releases only at synchronize calls). */
+
+/* Failures armed with cudasim_fail that have not fired yet (to check that a test used them). */
+int cudasim_armed(void);
+
 #ifdef __cplusplus
 }
 #endif
