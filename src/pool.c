@@ -126,39 +126,33 @@ static spool_status apply_peers(spool_pool *p, const char *ctx) {
 }
 
 /* Allocates and frees `reserve` bytes, then synchronizes: the pool keeps the memory (reserve is
- * within the release threshold), so the first real allocations find it ready. */
+ * within the release threshold), so the first real allocations find it ready. It runs on the
+ * calling thread's per-thread default stream, which waits for nobody else's work, and which
+ * needs no creating (nor destroying, which could fail and leave a stream behind). */
 static spool_status prime(spool_pool *p, const char *ctx) {
   if (p->cfg.reserve == 0) return SPOOL_OK;
   int saved = 0;
   spool_status s = spool__device_enter(p->device, &saved, ctx);
   if (s != SPOOL_OK) return s;
-  cudaStream_t stream = NULL;
+  cudaStream_t stream = cudaStreamPerThread;
   void *ptr = NULL;
   char size[SPOOL__SIZE_TEXT];
-  cudaError_t err = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  spool__format_size(p->cfg.reserve, size);
+  cudaError_t err = cudaMallocFromPoolAsync(&ptr, (size_t)p->cfg.reserve, p->handle, stream);
   if (err != cudaSuccess) {
-    s = spool__fail_cuda(err, "cudaStreamCreateWithFlags", "%s: reserve", ctx);
+    s = spool__fail_cuda(err, "cudaMallocFromPoolAsync", "%s: reserve=%s on device %d", ctx, size,
+                         p->device);
   } else {
-    spool__format_size(p->cfg.reserve, size);
-    err = cudaMallocFromPoolAsync(&ptr, (size_t)p->cfg.reserve, p->handle, stream);
+    err = cudaFreeAsync(ptr, stream);
     if (err != cudaSuccess) {
-      s = spool__fail_cuda(err, "cudaMallocFromPoolAsync", "%s: reserve=%s on device %d", ctx,
-                           size, p->device);
-    } else {
-      err = cudaFreeAsync(ptr, stream);
-      if (err != cudaSuccess) {
-        s = spool__fail_cuda(err, "cudaFreeAsync", "%s: reserve", ctx);
-        /* Otherwise the pool would hold an allocation that nobody can free: try once more. */
-        if (cudaFreeAsync(ptr, stream) != cudaSuccess)
-          spool__append(s, "; the retry failed too, %s stay allocated", size);
-      }
+      s = spool__fail_cuda(err, "cudaFreeAsync", "%s: reserve", ctx);
+      /* Otherwise the pool would hold an allocation that nobody can free: try once more. */
+      if (cudaFreeAsync(ptr, stream) != cudaSuccess)
+        spool__append(s, "; the retry failed too, %s stay allocated", size);
     }
-    cudaError_t sync = cudaStreamSynchronize(stream);
-    if (sync != cudaSuccess && s == SPOOL_OK)
-      s = spool__fail_cuda(sync, "cudaStreamSynchronize", "%s: reserve", ctx);
-    cudaError_t destroy = cudaStreamDestroy(stream);
-    if (destroy != cudaSuccess && s == SPOOL_OK)
-      s = spool__fail_cuda(destroy, "cudaStreamDestroy", "%s: reserve", ctx);
+    err = cudaStreamSynchronize(stream);
+    if (err != cudaSuccess && s == SPOOL_OK)
+      s = spool__fail_cuda(err, "cudaStreamSynchronize", "%s: reserve", ctx);
   }
   spool_status left = spool__device_leave(p->device, saved, ctx);
   return s != SPOOL_OK ? s : left;
@@ -232,11 +226,8 @@ static void pool_free(spool_pool *p) {
   free(p);
 }
 
-/* Applies every knob; on failure undoes what it can and frees p (and an own handle). */
-static spool_status configure(spool_pool *p, const char *ctx) {
-  saved_settings old;
-  spool_status s = p->owned ? SPOOL_OK : save_settings(p, &old, ctx);
-  if (s == SPOOL_OK) s = apply_attrs(p, ctx);
+static spool_status apply_all(spool_pool *p, const char *ctx) {
+  spool_status s = apply_attrs(p, ctx);
   if (s == SPOOL_OK) s = apply_peers(p, ctx);
   if (s == SPOOL_OK) s = prime(p, ctx);
   if (s == SPOOL_OK && p->owned && p->cfg.reserve > 0) {
@@ -244,6 +235,18 @@ static spool_status configure(spool_pool *p, const char *ctx) {
     uint64_t zero = 0;
     s = set_attr(p, cudaMemPoolAttrUsedMemHigh, &zero, "resetting the used high-water mark", ctx);
   }
+  return s;
+}
+
+/* Applies every knob; on failure undoes what it can and frees p (and an own handle). */
+static spool_status configure(spool_pool *p, const char *ctx) {
+  saved_settings old;
+  spool_status s = p->owned ? SPOOL_OK : save_settings(p, &old, ctx);
+  if (s != SPOOL_OK) { /* nothing changed yet */
+    pool_free(p);
+    return s;
+  }
+  s = apply_all(p, ctx);
   if (s == SPOOL_OK) return SPOOL_OK;
   if (p->owned) {
     cudaError_t err = cudaMemPoolDestroy(p->handle);

@@ -76,8 +76,14 @@ spool_status spool__append(spool_status s, const char *fmt, ...) {
 }
 
 spool_status spool__prefix(spool_status s, const char *context) {
-  char copy[sizeof last_error];
-  memcpy(copy, last_error, sizeof copy);
-  snprintf(last_error, sizeof last_error, "%s: %s", context, copy);
+  size_t head = strlen(context) + 2, size = sizeof last_error;
+  if (head >= size) return s;
+  /* Shift the message right (dropping what no longer fits), then write the context in front. */
+  size_t keep = strlen(last_error); /* always terminated: vsnprintf wrote it */
+  if (keep > size - 1 - head) keep = size - 1 - head;
+  memmove(last_error + head, last_error, keep);
+  last_error[head + keep] = '\0';
+  memcpy(last_error, context, head - 2);
+  memcpy(last_error + head - 2, ": ", 2);
   return s;
 }
