@@ -199,7 +199,7 @@ static spool_status resolve_config(const spool_config *cfg, spool_config *out, c
   } else {
     spool_config_init(out);
     spool_status s = spool_config_from_env(out);
-    if (s != SPOOL_OK) return s;
+    if (s != SPOOL_OK) return spool__prefix(s, ctx);
   }
   spool_status s = spool_config_validate(out);
   if (s != SPOOL_OK) return spool__prefix(s, ctx);

@@ -127,13 +127,14 @@ SPOOL_EXPORT void spool_config_init(spool_config *cfg);
  * 1000), decimals (`1.5GiB`) and `max`; booleans on/off/true/false/1/0. A key given twice keeps
  * the last value.
  * Returns SPOOL_OK; SPOOL_ERR_INVALID (cfg or text NULL); SPOOL_ERR_CONFIG (unknown key, bad
- * value: the message names the line, the key, what was expected and the nearest valid key);
- * SPOOL_ERR_HOST_OOM. On failure *cfg is unchanged. Thread safe for distinct cfg. */
+ * value: the message names the line, the key, what was expected and the nearest valid key).
+ * It allocates nothing. On failure *cfg is unchanged. Thread safe for distinct cfg. */
 SPOOL_EXPORT spool_status spool_config_parse(spool_config *cfg, const char *text);
 
 /* spool_config_parse on the contents of the file at path; messages name the path and line.
- * Returns what spool_config_parse returns, and SPOOL_ERR_IO when the file cannot be read.
- * On failure *cfg is unchanged. Thread safe for distinct cfg. */
+ * Returns what spool_config_parse returns, SPOOL_ERR_IO when the file cannot be read (the
+ * message gives the path and the system's reason) and SPOOL_ERR_HOST_OOM. On failure *cfg is
+ * unchanged. Thread safe for distinct cfg. */
 SPOOL_EXPORT spool_status spool_config_load(spool_config *cfg, const char *path);
 
 /* spool_config_parse on the environment variable SPOOL_CONF, if it is set (unset or empty:
@@ -188,8 +189,9 @@ SPOOL_EXPORT spool_status spool_pool_adopt(spool_pool **pool, cudaMemPool_t hand
  * stream, allocation number), then all are freed after a device synchronize, and the call
  * returns SPOOL_ERR_LEAKS; the pool is gone all the same. An own pool is then destroyed with
  * cudaMemPoolDestroy; an adopted one is left to its owner. NULL: SPOOL_OK, nothing done.
- * Returns SPOOL_OK, SPOOL_ERR_LEAKS, SPOOL_ERR_CUDA (the pool is gone all the same). Not thread
- * safe with other calls on the same pool: no other thread may use it meanwhile. */
+ * Returns SPOOL_OK, SPOOL_ERR_LEAKS, SPOOL_ERR_CUDA, SPOOL_ERR_HOST_OOM (no memory to list the
+ * leaks: they are not freed); the pool is gone in every case. Not thread safe with other calls
+ * on the same pool: no other thread may use it meanwhile, and the pointer is invalid after. */
 SPOOL_EXPORT spool_status spool_pool_destroy(spool_pool *pool);
 
 /* The cudaMemPool_t under the pool, for CUDA calls spool does not wrap; NULL for a NULL pool.
