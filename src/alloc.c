@@ -13,12 +13,12 @@ static const char FREE[] = "spool_free";
 /* Device-wide figures for an out-of-memory message; "?" where CUDA could not say. */
 static void describe_oom(spool_pool *p, size_t asked, cudaStream_t stream, uint64_t in_use,
                          uint64_t buffers) {
-  char a[SPOOL__SIZE_TEXT], u[SPOOL__SIZE_TEXT], r[SPOOL__SIZE_TEXT] = "?",
-       l[SPOOL__SIZE_TEXT] = "none", f[SPOOL__SIZE_TEXT] = "?", t[SPOOL__SIZE_TEXT] = "?";
+  char a[SPOOL__SIZE_TEXT], u[SPOOL__SIZE_TEXT], r[SPOOL__SIZE_TEXT] = "?";
+  char l[SPOOL__SIZE_TEXT] = "none", f[SPOOL__SIZE_TEXT] = "?", t[SPOOL__SIZE_TEXT] = "?";
   uint64_t reserved = 0;
   size_t free_b = 0, total_b = 0;
-  if (cudaMemPoolGetAttribute(p->handle, cudaMemPoolAttrReservedMemCurrent, &reserved) == cudaSuccess)
-    spool__format_size(reserved, r);
+  cudaError_t err = cudaMemPoolGetAttribute(p->handle, cudaMemPoolAttrReservedMemCurrent, &reserved);
+  if (err == cudaSuccess) spool__format_size(reserved, r);
   if (spool__device_meminfo(p->device, &free_b, &total_b) == SPOOL_OK) {
     spool__format_size(free_b, f);
     spool__format_size(total_b, t);
@@ -42,9 +42,7 @@ static spool_status alloc_failed(spool_pool *p, cudaError_t err, size_t size, cu
     return spool__fail_cuda(err, "cudaMallocFromPoolAsync", "%s: %s on stream %p, device %d",
                             ALLOC, spool__format_size(size, a), (void *)stream, p->device);
   }
-  /* spool reports this failure: clear it, so that the caller's next cudaGetLastError does not
-   * see an error that was already handled. Out of memory is not sticky. */
-  (void)cudaGetLastError();
+  spool__clear_cuda_error();
   describe_oom(p, size, stream, in_use, buffers);
   return SPOOL_ERR_OOM;
 }
@@ -66,13 +64,6 @@ static void count_free(spool__counters *c, uint64_t size) {
   c->buffers_in_use--;
 }
 
-/* Exactly undoes count_free, for a free that CUDA refused. */
-static void uncount_free(spool__counters *c, uint64_t size) {
-  c->frees--;
-  c->bytes_in_use += size;
-  c->buffers_in_use++;
-}
-
 /* ---- alloc, free, trim -------------------------------------------------------------------- */
 
 spool_status spool_alloc(spool_pool *pool, void **ptr, size_t size, cudaStream_t stream) {
@@ -86,7 +77,8 @@ spool_status spool_alloc(spool_pool *pool, void **ptr, size_t size, cudaStream_t
   if (err != cudaSuccess) return alloc_failed(pool, err, size, stream);
 
   pthread_mutex_lock(&pool->lock);
-  spool__buffer b = {.ptr = (uintptr_t)p, .size = size, .seq = ++pool->c.next_seq, .stream = stream};
+  spool__buffer b = {.ptr = (uintptr_t)p, .size = size, .seq = ++pool->c.next_seq,
+                     .stream = stream};
   spool_status s = spool__table_insert(&pool->live, &b);
   if (s == SPOOL_OK) count_alloc(&pool->c, size);
   else pool->c.alloc_failures++;
@@ -95,7 +87,8 @@ spool_status spool_alloc(spool_pool *pool, void **ptr, size_t size, cudaStream_t
   if (s != SPOOL_OK) {
     /* Untracked memory could never be freed through spool: give it back now. */
     err = cudaFreeAsync(p, stream);
-    if (err != cudaSuccess) spool__append(s, "; freeing the untracked buffer failed too: %s", cudaGetErrorName(err));
+    if (err != cudaSuccess)
+      spool__append(s, "; freeing the untracked buffer failed too: %s", cudaGetErrorName(err));
     return s;
   }
   *ptr = p;
@@ -106,26 +99,26 @@ spool_status spool_free(spool_pool *pool, void *ptr, cudaStream_t stream) {
   if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", FREE);
   if (!ptr) return SPOOL_OK;
 
+  /* The lock is held across cudaFreeAsync: once the driver has the memory back, another thread
+   * may be handed the same address and must find its slot empty; and if the driver refuses,
+   * the record goes back into the slot just vacated, which no other thread can take. */
   spool__buffer b;
+  cudaError_t err = cudaSuccess;
   pthread_mutex_lock(&pool->lock);
-  /* Taken out of the table before the driver sees the free: once cudaFreeAsync returns, another
-   * thread may get the same address back and must find the slot empty. */
   int found = spool__table_remove(&pool->live, (uintptr_t)ptr, &b);
-  if (found) count_free(&pool->c, b.size);
+  if (found) {
+    err = cudaFreeAsync(ptr, stream);
+    if (err == cudaSuccess) count_free(&pool->c, b.size);
+    else (void)spool__table_insert(&pool->live, &b); /* cannot fail: the removal left room */
+  }
   pthread_mutex_unlock(&pool->lock);
+
   if (!found)
     return spool__fail(SPOOL_ERR_UNKNOWN_POINTER,
                        "%s: %p is not a live buffer of this pool (device %d): it was never "
                        "allocated here, is already freed, or points inside a buffer; nothing was "
                        "freed", FREE, ptr, pool->device);
-
-  cudaError_t err = cudaFreeAsync(ptr, stream);
   if (err == cudaSuccess) return SPOOL_OK;
-
-  /* The buffer stays allocated: put it back as it was. The slot just freed guarantees room. */
-  pthread_mutex_lock(&pool->lock);
-  if (spool__table_insert(&pool->live, &b) == SPOOL_OK) uncount_free(&pool->c, b.size);
-  pthread_mutex_unlock(&pool->lock);
   char size[SPOOL__SIZE_TEXT];
   return spool__fail_cuda(err, "cudaFreeAsync", "%s: %p (%s) on stream %p; it stays allocated",
                           FREE, ptr, spool__format_size(b.size, size), (void *)stream);
@@ -162,31 +155,59 @@ static int by_seq(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static void print_leaks(const spool_pool *p, const leak_list *l) {
-  uint64_t total = 0;
+static void print_leak(const spool__buffer *b, void *arg) {
   char size[SPOOL__SIZE_TEXT];
-  for (size_t i = 0; i < l->n; i++) total += l->items[i].size;
+  (void)arg;
+  fprintf(stderr, "spool:   %p  %10s  stream %p  allocation #%" PRIu64 "\n", (void *)b->ptr,
+          spool__format_size(b->size, size), (void *)b->stream, b->seq);
+}
+
+/* Lists the leaks in allocation order; unsorted when there is no memory to sort them. */
+static void print_leaks(const spool_pool *p) {
+  char size[SPOOL__SIZE_TEXT];
+  size_t n = p->live.count;
+  leak_list l = {.items = malloc(n * sizeof *l.items), .n = 0};
   fprintf(stderr, "spool: pool on device %d destroyed with %zu live buffer%s, %s in all:\n",
-          p->device, l->n, l->n == 1 ? "" : "s", spool__format_size(total, size));
-  for (size_t i = 0; i < l->n; i++)
-    fprintf(stderr, "spool:   %p  %10s  stream %p  allocation #%" PRIu64 "\n",
-            (void *)l->items[i].ptr, spool__format_size(l->items[i].size, size),
-            (void *)l->items[i].stream, l->items[i].seq);
+          p->device, n, n == 1 ? "" : "s", spool__format_size(p->c.bytes_in_use, size));
+  if (!l.items) {
+    spool__table_each(&p->live, print_leak, NULL);
+    return;
+  }
+  spool__table_each(&p->live, collect, &l);
+  qsort(l.items, l.n, sizeof *l.items, by_seq);
+  for (size_t i = 0; i < l.n; i++) print_leak(&l.items[i], NULL);
+  free(l.items);
+}
+
+typedef struct free_pass {
+  cudaError_t err;
+  uintptr_t ptr; /* the first that failed */
+} free_pass;
+
+static void free_one(const spool__buffer *b, void *arg) {
+  free_pass *f = arg;
+  cudaError_t err = cudaFreeAsync((void *)b->ptr, cudaStreamLegacy);
+  if (err != cudaSuccess && f->err == cudaSuccess) {
+    f->err = err;
+    f->ptr = b->ptr;
+  }
 }
 
 /* Frees every leaked buffer. Their streams may already be destroyed, and work queued on them may
  * still use the memory: a device synchronize makes freeing on the legacy stream safe. */
-static spool_status free_all(spool_pool *p, const leak_list *l) {
+static spool_status free_all(spool_pool *p) {
   static const char ctx[] = "spool_pool_destroy: freeing leaked buffers";
   int saved = 0;
   spool_status s = spool__device_enter(p->device, &saved, ctx);
   if (s != SPOOL_OK) return s;
   cudaError_t err = cudaDeviceSynchronize();
-  if (err != cudaSuccess) s = spool__fail_cuda(err, "cudaDeviceSynchronize", "%s", ctx);
-  for (size_t i = 0; i < l->n && s == SPOOL_OK; i++) {
-    err = cudaFreeAsync((void *)l->items[i].ptr, cudaStreamLegacy);
-    if (err != cudaSuccess)
-      s = spool__fail_cuda(err, "cudaFreeAsync", "%s: %p", ctx, (void *)l->items[i].ptr);
+  if (err != cudaSuccess) {
+    s = spool__fail_cuda(err, "cudaDeviceSynchronize", "%s", ctx);
+  } else {
+    free_pass f = {cudaSuccess, 0};
+    spool__table_each(&p->live, free_one, &f);
+    if (f.err != cudaSuccess)
+      s = spool__fail_cuda(f.err, "cudaFreeAsync", "%s: %p", ctx, (void *)f.ptr);
   }
   spool_status left = spool__device_leave(p->device, saved, ctx);
   return s != SPOOL_OK ? s : left;
@@ -195,14 +216,10 @@ static spool_status free_all(spool_pool *p, const leak_list *l) {
 spool_status spool__free_leaks(spool_pool *pool) {
   size_t n = pool->live.count;
   if (n == 0) return SPOOL_OK;
-  leak_list l = {.items = malloc(n * sizeof *l.items), .n = 0};
-  if (!l.items) return spool__fail(SPOOL_ERR_HOST_OOM, "spool_pool_destroy: no host memory to list %zu leaked buffers", n);
-  spool__table_each(&pool->live, collect, &l);
-  qsort(l.items, l.n, sizeof *l.items, by_seq);
-  print_leaks(pool, &l);
-  spool_status s = free_all(pool, &l);
-  free(l.items);
+  print_leaks(pool);
+  spool_status s = free_all(pool);
   if (s != SPOOL_OK) return s;
-  return spool__fail(SPOOL_ERR_LEAKS, "spool_pool_destroy: %zu buffer%s still allocated on device %d "
-                     "(listed on stderr); freed now", n, n == 1 ? " was" : "s were", pool->device);
+  return spool__fail(SPOOL_ERR_LEAKS,
+                     "spool_pool_destroy: %zu buffer%s still allocated on device %d (listed on "
+                     "stderr); freed now", n, n == 1 ? " was" : "s were", pool->device);
 }

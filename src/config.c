@@ -15,6 +15,7 @@
 #define _POSIX_C_SOURCE 200809L /* strerror_r */
 
 #include "internal.h"
+#include "text.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -38,27 +39,13 @@ static spool__span spool__span_of(const char *begin, const char *end) {
   return sp;
 }
 
-static int spool__space(char c) {
-  return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f';
-}
-
 static spool__span spool__trim(spool__span sp) {
-  while (sp.n > 0 && spool__space(sp.s[0])) {
+  while (sp.n > 0 && spool__text_is_space(sp.s[0])) {
     sp.s++;
     sp.n--;
   }
-  while (sp.n > 0 && spool__space(sp.s[sp.n - 1])) sp.n--;
+  while (sp.n > 0 && spool__text_is_space(sp.s[sp.n - 1])) sp.n--;
   return sp;
-}
-
-static char spool__lower(char c) { return (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c; }
-
-static int spool__same_nocase(spool__span sp, const char *word) {
-  size_t i;
-  for (i = 0; i < sp.n; i++) {
-    if (word[i] == '\0' || spool__lower(sp.s[i]) != spool__lower(word[i])) return 0;
-  }
-  return word[sp.n] == '\0';
 }
 
 static int spool__same(spool__span sp, const char *word) {
@@ -97,16 +84,6 @@ static void spool__put(spool__writer *w, const char *fmt, ...) {
   if (n > 0) w->used += (size_t)n;
 }
 
-/* Writes the reason for a failed value into why and returns -1. */
-static int spool__why(char *why, size_t why_len, const char *fmt, ...) SPOOL__PRINTF(3, 4);
-static int spool__why(char *why, size_t why_len, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(why, why_len, fmt, ap);
-  va_end(ap);
-  return -1;
-}
-
 /* ---- value types ---------------------------------------------------------------------------- */
 
 typedef struct spool__key spool__key;
@@ -140,13 +117,13 @@ static const void *spool__cfield(const spool__key *key, const spool_config *cfg)
 static int spool__parse_int(spool__span v, int *out, char *why, size_t why_len) {
   long long x = 0;
   size_t i;
-  if (v.n > 0 && v.s[0] == '-') return spool__why(why, why_len, "negative");
+  if (v.n > 0 && v.s[0] == '-') return spool__text_why(why, why_len, "negative");
   for (i = 0; i < v.n; i++) {
-    if (v.s[i] < '0' || v.s[i] > '9') return spool__why(why, why_len, "not an integer");
+    if (v.s[i] < '0' || v.s[i] > '9') return spool__text_why(why, why_len, "not an integer");
     x = x * 10 + (v.s[i] - '0');
-    if (x > INT_MAX) return spool__why(why, why_len, "too large (most is %d)", INT_MAX);
+    if (x > INT_MAX) return spool__text_why(why, why_len, "too large (most is %d)", INT_MAX);
   }
-  if (v.n == 0) return spool__why(why, why_len, "empty");
+  if (v.n == 0) return spool__text_why(why, why_len, "empty");
   *out = (int)x;
   return 0;
 }
@@ -189,10 +166,11 @@ static int spool__bool_parse(const spool__key *key, spool__span v, spool_config 
   bool x;
   size_t i;
   for (i = 0; i < 3; i++) {
-    if (spool__same_nocase(v, yes[i]) || spool__same_nocase(v, no[i])) break;
+    if (spool__text_same_nocase(v.s, v.n, yes[i]) || spool__text_same_nocase(v.s, v.n, no[i]))
+      break;
   }
-  if (i == 3) return spool__why(why, why_len, "%s", "");
-  x = spool__same_nocase(v, yes[i]);
+  if (i == 3) return spool__text_why(why, why_len, "%s", "");
+  x = spool__text_same_nocase(v.s, v.n, yes[i]);
   memcpy(spool__field(key, cfg), &x, sizeof x);
   return 0;
 }
@@ -210,12 +188,12 @@ static int spool__choice_parse(const spool__key *key, spool__span v, spool_confi
                                size_t why_len) {
   int i;
   for (i = 0; key->choices[i] != NULL; i++) {
-    if (spool__same_nocase(v, key->choices[i])) {
+    if (spool__text_same_nocase(v.s, v.n, key->choices[i])) {
       memcpy(spool__field(key, cfg), &i, sizeof i);
       return 0;
     }
   }
-  return spool__why(why, why_len, "%s", "");
+  return spool__text_why(why, why_len, "%s", "");
 }
 
 static void spool__choice_format(const spool__key *key, const spool_config *cfg,
@@ -237,14 +215,14 @@ static void spool__choice_format(const spool__key *key, const spool_config *cfg,
 static int spool__peer_item(spool__span item, int *peers, int count, char *why, size_t why_len) {
   char q[SPOOL__QUOTE], r[64];
   int i;
-  if (item.n == 0) return spool__why(why, why_len, "empty entry in the list");
+  if (item.n == 0) return spool__text_why(why, why_len, "empty entry in the list");
   if (spool__parse_int(item, &peers[count], r, sizeof r) != 0)
-    return spool__why(why, why_len, "'%s': %s", spool__quote(item, q), r);
+    return spool__text_why(why, why_len, "'%s': %s", spool__quote(item, q), r);
   if (count >= SPOOL_MAX_PEERS)
-    return spool__why(why, why_len, "more than %d devices", SPOOL_MAX_PEERS);
+    return spool__text_why(why, why_len, "more than %d devices", SPOOL_MAX_PEERS);
   for (i = 0; i < count; i++) {
     if (peers[i] == peers[count])
-      return spool__why(why, why_len, "device %d is listed twice", peers[i]);
+      return spool__text_why(why, why_len, "device %d is listed twice", peers[i]);
   }
   return 0;
 }
@@ -258,8 +236,8 @@ static int spool__peers_parse(const spool__key *key, spool__span v, spool_config
     if (spool__peer_item(v, peers, 0, why, why_len) != 0) return -1;
     count = 1;
   } else if (v.s[v.n - 1] != ']') {
-    return spool__why(why, why_len, "%s",
-                      memchr(v.s, ']', v.n) ? "text after ']'" : "no closing ']'");
+    return spool__text_why(why, why_len, "%s",
+                           memchr(v.s, ']', v.n) ? "text after ']'" : "no closing ']'");
   } else {
     end = v.s + v.n - 1;
     if (spool__trim(spool__span_of(v.s + 1, end)).n > 0) {
@@ -365,7 +343,7 @@ static size_t spool__distance(spool__span a, const char *b) {
     size_t diag = row[0];
     row[0] = i;
     for (j = 1; j <= bn; j++) {
-      size_t up = row[j], best = diag + (spool__lower(a.s[i - 1]) != b[j - 1]);
+      size_t up = row[j], best = diag + (spool__text_lower(a.s[i - 1]) != b[j - 1]);
       if (up + 1 < best) best = up + 1;
       if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
       diag = up;

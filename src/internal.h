@@ -15,6 +15,14 @@
 
 /* ---- status.c: this thread's last error ------------------------------------------------- */
 
+/* Size of this thread's message buffer, NUL included. */
+#define SPOOL__MESSAGE 1024
+
+/* Copies this thread's message out and back, around work whose failures the caller must not
+ * see (spool_report succeeds even when one of its lines is unavailable). */
+void spool__save_error(char out[SPOOL__MESSAGE]);
+void spool__restore_error(const char saved[SPOOL__MESSAGE]);
+
 /* Sets this thread's message to the formatted text and returns s, so that a failure reads
  * `return spool__fail(SPOOL_ERR_INVALID, "spool_alloc: ptr is NULL");`. */
 spool_status spool__fail(spool_status s, const char *fmt, ...) SPOOL__PRINTF(2, 3);
@@ -30,6 +38,11 @@ spool_status spool__append(spool_status s, const char *fmt, ...) SPOOL__PRINTF(2
 
 /* Puts "<context>: " in front of this thread's message and returns s. */
 spool_status spool__prefix(spool_status s, const char *context);
+
+/* Clears the CUDA runtime's last error after a failure spool reports through its status, so
+ * that the caller's next cudaGetLastError speaks only of the caller's own calls.
+ * spool__fail_cuda calls it. */
+void spool__clear_cuda_error(void);
 
 /* The status spool__fail_cuda would return for err. */
 spool_status spool__status_of_cuda(cudaError_t err);

@@ -61,11 +61,24 @@ typedef struct saved_settings {
 static const enum cudaMemPoolAttr REUSE_ATTRS[3] = {
     cudaMemPoolReuseFollowEventDependencies, cudaMemPoolReuseAllowOpportunistic,
     cudaMemPoolReuseAllowInternalDependencies};
+static const char *const REUSE_NAMES[3] = {"reuse_follow_event_dependencies",
+                                           "reuse_allow_opportunistic",
+                                           "reuse_allow_internal_dependencies"};
 
 static spool_status set_attr(spool_pool *p, enum cudaMemPoolAttr attr, void *value,
                              const char *what, const char *ctx) {
   cudaError_t err = cudaMemPoolSetAttribute(p->handle, attr, value);
-  if (err != cudaSuccess) return spool__fail_cuda(err, "cudaMemPoolSetAttribute", "%s: %s", ctx, what);
+  if (err != cudaSuccess)
+    return spool__fail_cuda(err, "cudaMemPoolSetAttribute", "%s: %s", ctx, what);
+  return SPOOL_OK;
+}
+
+static spool_status get_attr(const spool_pool *p, enum cudaMemPoolAttr attr, void *value,
+                             const char *what, const char *ctx) {
+  cudaError_t err = cudaMemPoolGetAttribute(p->handle, attr, value);
+  if (err != cudaSuccess)
+    return spool__fail_cuda(err, "cudaMemPoolGetAttribute", "%s: reading %s of the pool", ctx,
+                            what);
   return SPOOL_OK;
 }
 
@@ -75,24 +88,23 @@ static spool_status apply_attrs(spool_pool *p, const char *ctx) {
                             "release_threshold", ctx);
   const bool flags[3] = {p->cfg.reuse_follow_event_dependencies, p->cfg.reuse_allow_opportunistic,
                          p->cfg.reuse_allow_internal_dependencies};
-  static const char *const names[3] = {"reuse_follow_event_dependencies",
-                                       "reuse_allow_opportunistic",
-                                       "reuse_allow_internal_dependencies"};
   for (int i = 0; i < 3 && s == SPOOL_OK; i++) {
     int v = flags[i];
-    s = set_attr(p, REUSE_ATTRS[i], &v, names[i], ctx);
+    s = set_attr(p, REUSE_ATTRS[i], &v, REUSE_NAMES[i], ctx);
   }
   return s;
 }
 
 static spool_status check_peer(int device, int peer, int count, const char *ctx) {
   if (peer >= count)
-    return spool__fail(SPOOL_ERR_CONFIG, "%s: peer_access names device %d, but there %s %d device%s",
-                       ctx, peer, count == 1 ? "is" : "are", count, count == 1 ? "" : "s");
+    return spool__fail(SPOOL_ERR_CONFIG,
+                       "%s: peer_access names device %d, but there %s %d device%s", ctx, peer,
+                       count == 1 ? "is" : "are", count, count == 1 ? "" : "s");
   int can = 0;
   cudaError_t err = cudaDeviceCanAccessPeer(&can, peer, device);
   if (err != cudaSuccess)
-    return spool__fail_cuda(err, "cudaDeviceCanAccessPeer", "%s: peer %d of device %d", ctx, peer, device);
+    return spool__fail_cuda(err, "cudaDeviceCanAccessPeer", "%s: peer %d of device %d", ctx,
+                            peer, device);
   if (!can)
     return spool__fail(SPOOL_ERR_UNSUPPORTED,
                        "%s: device %d cannot access memory of device %d (cudaDeviceCanAccessPeer)",
@@ -100,35 +112,52 @@ static spool_status check_peer(int device, int peer, int count, const char *ctx)
   return SPOOL_OK;
 }
 
+/* Every listed peer exists and can reach the device: checked before anything is created or
+ * changed, so that a bad list costs nothing to undo. */
+static spool_status check_peers(const spool_config *cfg, const char *ctx) {
+  if (cfg->peer_access_count == 0) return SPOOL_OK;
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess)
+    return spool__fail_cuda(err, "cudaGetDeviceCount", "%s: peer_access", ctx);
+  for (int i = 0; i < cfg->peer_access_count; i++) {
+    if (cfg->peer_access[i] == cfg->device) continue; /* the owner always has access */
+    spool_status s = check_peer(cfg->device, cfg->peer_access[i], count, ctx);
+    if (s != SPOOL_OK) return s;
+  }
+  return SPOOL_OK;
+}
+
+static struct cudaMemAccessDesc access_desc(int device, enum cudaMemAccessFlags flags) {
+  struct cudaMemAccessDesc d;
+  memset(&d, 0, sizeof d);
+  d.location.type = cudaMemLocationTypeDevice;
+  d.location.id = device;
+  d.flags = flags;
+  return d;
+}
+
 static spool_status apply_peers(spool_pool *p, const char *ctx) {
   struct cudaMemAccessDesc descs[SPOOL_MAX_PEERS];
   size_t n = 0;
-  int count = 0;
-  if (p->cfg.peer_access_count == 0) return SPOOL_OK;
-  cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess) return spool__fail_cuda(err, "cudaGetDeviceCount", "%s: peer_access", ctx);
   for (int i = 0; i < p->cfg.peer_access_count; i++) {
-    int peer = p->cfg.peer_access[i];
-    if (peer == p->device) continue; /* the owner always has access; CUDA rejects it here */
-    spool_status s = check_peer(p->device, peer, count, ctx);
-    if (s != SPOOL_OK) return s;
-    memset(&descs[n], 0, sizeof descs[n]);
-    descs[n].location.type = cudaMemLocationTypeDevice;
-    descs[n].location.id = peer;
-    descs[n].flags = cudaMemAccessFlagsProtReadWrite;
-    n++;
+    /* CUDA rejects the owning device here: it always has read-write access. */
+    if (p->cfg.peer_access[i] != p->device)
+      descs[n++] = access_desc(p->cfg.peer_access[i], cudaMemAccessFlagsProtReadWrite);
   }
   if (n == 0) return SPOOL_OK;
-  err = cudaMemPoolSetAccess(p->handle, descs, n);
+  cudaError_t err = cudaMemPoolSetAccess(p->handle, descs, n);
   if (err != cudaSuccess)
-    return spool__fail_cuda(err, "cudaMemPoolSetAccess", "%s: peer_access on device %d", ctx, p->device);
+    return spool__fail_cuda(err, "cudaMemPoolSetAccess", "%s: peer_access on device %d", ctx,
+                            p->device);
   return SPOOL_OK;
 }
 
 /* Allocates and frees `reserve` bytes, then synchronizes: the pool keeps the memory (reserve is
  * within the release threshold), so the first real allocations find it ready. It runs on the
- * calling thread's per-thread default stream, which waits for nobody else's work, and which
- * needs no creating (nor destroying, which could fail and leave a stream behind). */
+ * calling thread's per-thread default stream: that needs no creating (nor destroying, which
+ * could fail and leave a stream behind), and it waits only for the legacy default stream's
+ * work, not for other streams'. */
 static spool_status prime(spool_pool *p, const char *ctx) {
   if (p->cfg.reserve == 0) return SPOOL_OK;
   int saved = 0;
@@ -146,9 +175,10 @@ static spool_status prime(spool_pool *p, const char *ctx) {
     err = cudaFreeAsync(ptr, stream);
     if (err != cudaSuccess) {
       s = spool__fail_cuda(err, "cudaFreeAsync", "%s: reserve", ctx);
-      /* Otherwise the pool would hold an allocation that nobody can free: try once more. */
-      if (cudaFreeAsync(ptr, stream) != cudaSuccess)
-        spool__append(s, "; the retry failed too, %s stay allocated", size);
+      /* Otherwise the pool would hold an allocation that nobody can free, for good when the
+       * pool is adopted: try the synchronous free, which takes pool memory too. */
+      if (cudaFree(ptr) != cudaSuccess)
+        spool__append(s, "; cudaFree failed too, %s stay allocated in the pool", size);
     }
     err = cudaStreamSynchronize(stream);
     if (err != cudaSuccess && s == SPOOL_OK)
@@ -161,17 +191,20 @@ static spool_status prime(spool_pool *p, const char *ctx) {
 /* ---- adopted pools: remember and restore ------------------------------------------------- */
 
 static spool_status save_settings(const spool_pool *p, saved_settings *out, const char *ctx) {
-  cudaError_t err = cudaMemPoolGetAttribute(p->handle, cudaMemPoolAttrReleaseThreshold, &out->threshold);
-  for (int i = 0; i < 3 && err == cudaSuccess; i++)
-    err = cudaMemPoolGetAttribute(p->handle, REUSE_ATTRS[i], &out->reuse[i]);
-  for (int i = 0; i < p->cfg.peer_access_count && err == cudaSuccess; i++) {
+  spool_status s = get_attr(p, cudaMemPoolAttrReleaseThreshold, &out->threshold,
+                            "release_threshold", ctx);
+  for (int i = 0; i < 3 && s == SPOOL_OK; i++)
+    s = get_attr(p, REUSE_ATTRS[i], &out->reuse[i], REUSE_NAMES[i], ctx);
+  for (int i = 0; i < p->cfg.peer_access_count && s == SPOOL_OK; i++) {
     struct cudaMemLocation loc = {.type = cudaMemLocationTypeDevice, .id = p->cfg.peer_access[i]};
     out->access[i] = cudaMemAccessFlagsProtReadWrite;
-    if (loc.id != p->device) err = cudaMemPoolGetAccess(&out->access[i], p->handle, &loc);
+    if (loc.id == p->device) continue;
+    cudaError_t err = cudaMemPoolGetAccess(&out->access[i], p->handle, &loc);
+    if (err != cudaSuccess)
+      s = spool__fail_cuda(err, "cudaMemPoolGetAccess", "%s: reading the access of device %d",
+                           ctx, loc.id);
   }
-  if (err != cudaSuccess)
-    return spool__fail_cuda(err, "cudaMemPoolGetAttribute/GetAccess", "%s: reading the pool's settings", ctx);
-  return SPOOL_OK;
+  return s;
 }
 
 /* Best effort, on a path that is already failing: a restore that fails is added to the message. */
@@ -182,8 +215,7 @@ static void restore_settings(spool_pool *p, const saved_settings *old) {
     err = cudaMemPoolSetAttribute(p->handle, REUSE_ATTRS[i], (void *)&old->reuse[i]);
   for (int i = 0; i < p->cfg.peer_access_count && err == cudaSuccess; i++) {
     if (p->cfg.peer_access[i] == p->device) continue;
-    struct cudaMemAccessDesc d = {.location = {.type = cudaMemLocationTypeDevice, .id = p->cfg.peer_access[i]},
-                                  .flags = old->access[i]};
+    struct cudaMemAccessDesc d = access_desc(p->cfg.peer_access[i], old->access[i]);
     err = cudaMemPoolSetAccess(p->handle, &d, 1);
   }
   if (err != cudaSuccess)
@@ -277,9 +309,10 @@ static spool_status check_location(cudaMemPool_t handle, int device, const char 
 static spool_status open_pool(spool_pool **pool, const spool_config *cfg, cudaMemPool_t adopt,
                               const char *ctx) {
   spool_status s = spool__device_check(cfg->device, ctx);
+  if (s == SPOOL_OK) s = check_peers(cfg, ctx);
   if (s != SPOOL_OK) return s;
   bool owned = adopt == NULL && cfg->pool == SPOOL_POOL_OWN;
-  if (!owned && cfg->max_size != 0)
+  if (!owned && cfg->max_size != 0 && cfg->max_size != UINT64_MAX)
     return spool__fail(SPOOL_ERR_CONFIG,
                        "%s: max_size is fixed when a pool is created; it cannot be set on an "
                        "adopted pool (pool=default or spool_pool_adopt)", ctx);

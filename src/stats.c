@@ -64,7 +64,8 @@ spool_status spool_stats_get(spool_pool *pool, spool_stats *out) {
 spool_status spool_stats_reset_peaks(spool_pool *pool) {
   static const char ctx[] = "spool_stats_reset_peaks";
   if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", ctx);
-  /* CUDA accepts only 0 for the high-water marks, meaning "reset to the current value". */
+  /* CUDA accepts only 0 for the high-water marks, meaning "reset to the current value". No
+   * reset can be undone: when the second fails, the first stands (documented in spool.h). */
   uint64_t zero = 0;
   cudaError_t err = cudaMemPoolSetAttribute(pool->handle, cudaMemPoolAttrReservedMemHigh, &zero);
   if (err == cudaSuccess)
@@ -105,7 +106,8 @@ static void report_stats(const spool_stats *st, FILE *out) {
           spool__format_size(st->bytes_reserved, a), spool__format_size(st->bytes_reserved_peak, b),
           spool__format_size(st->bytes_used, d), spool__format_size(st->bytes_used_peak, e));
   fprintf(out, "  totals:    %" PRIu64 " allocs (%s), %" PRIu64 " frees, %" PRIu64
-               " failed allocs (%" PRIu64 " out of memory), %" PRIu64 " trims\n",
+               " failed allocs (%" PRIu64 " out of memory), %" PRIu64
+               " trims\n",
           st->allocs, spool__format_size(st->bytes_allocated, a), st->frees, st->alloc_failures,
           st->ooms, st->trims);
 }
@@ -113,11 +115,14 @@ static void report_stats(const spool_stats *st, FILE *out) {
 static void report_device(const spool_pool *p, FILE *out) {
   size_t free_b = 0, total_b = 0;
   char f[SPOOL__SIZE_TEXT], t[SPOOL__SIZE_TEXT];
+  char kept[SPOOL__MESSAGE];
+  spool__save_error(kept);
   if (spool__device_meminfo(p->device, &free_b, &total_b) == SPOOL_OK)
     fprintf(out, "  device:    %s free of %s (cudaMemGetInfo)\n", spool__format_size(free_b, f),
             spool__format_size(total_b, t));
   else /* the report still has value without this line: say why it is missing */
     fprintf(out, "  device:    cudaMemGetInfo unavailable: %s\n", spool_last_error());
+  spool__restore_error(kept); /* the report succeeds: the caller's last failure stays */
 }
 
 static const char *device_name(int device, struct cudaDeviceProp *prop) {

@@ -5,7 +5,7 @@
 #include <string.h>
 
 /* One message per thread, so that concurrent failures never overwrite each other's words. */
-static _Thread_local char last_error[1024];
+static _Thread_local char last_error[SPOOL__MESSAGE];
 
 #define SPOOL__NAME_CASE(name, str) case SPOOL_##name: return "SPOOL_" #name;
 #define SPOOL__STRING_CASE(name, str) case SPOOL_##name: return str;
@@ -54,6 +54,12 @@ spool_status spool__status_of_cuda(cudaError_t err) {
   }
 }
 
+void spool__clear_cuda_error(void) {
+  /* The value is the error spool has just reported in its own words; only the clearing matters.
+   * Sticky errors stay: CUDA keeps returning them whatever is cleared. */
+  (void)cudaGetLastError();
+}
+
 spool_status spool__fail_cuda(cudaError_t err, const char *api, const char *fmt, ...) {
   char context[640];
   va_list ap;
@@ -62,6 +68,7 @@ spool_status spool__fail_cuda(cudaError_t err, const char *api, const char *fmt,
   va_end(ap);
   snprintf(last_error, sizeof last_error, "%s: %s failed: %s (%s)", context, api,
            cudaGetErrorName(err), cudaGetErrorString(err));
+  spool__clear_cuda_error();
   return spool__status_of_cuda(err);
 }
 
@@ -86,4 +93,10 @@ spool_status spool__prefix(spool_status s, const char *context) {
   memcpy(last_error, context, head - 2);
   memcpy(last_error + head - 2, ": ", 2);
   return s;
+}
+
+void spool__save_error(char out[SPOOL__MESSAGE]) { memcpy(out, last_error, sizeof last_error); }
+
+void spool__restore_error(const char saved[SPOOL__MESSAGE]) {
+  memcpy(last_error, saved, sizeof last_error);
 }

@@ -3,8 +3,8 @@
  * Everything is integer arithmetic: a decimal like 1.5GiB is exact (1610612736), and a value
  * that is not a whole number of bytes is an error instead of a silently rounded number. */
 #include "internal.h"
+#include "text.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -35,39 +35,12 @@ static const spool__unit spool__units[] = {
     {"tb", 1000ull * 1000 * 1000 * 1000},
 };
 
-static int spool__is_space(char c) {
-  return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f';
-}
-
 static int spool__is_digit(char c) { return c >= '0' && c <= '9'; }
-
-static char spool__lower(char c) { return (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c; }
-
-/* Case-insensitive comparison of s[0..n) with the lowercase NUL-terminated word. */
-static int spool__word_is(const char *s, size_t n, const char *word) {
-  size_t i;
-  for (i = 0; i < n; i++) {
-    if (word[i] == '\0' || spool__lower(s[i]) != word[i]) return 0;
-  }
-  return word[n] == '\0';
-}
-
-/* Writes the reason for a failure into why (when there is room) and returns -1. */
-static int spool__why(char *why, size_t why_len, const char *fmt, ...) SPOOL__PRINTF(3, 4);
-static int spool__why(char *why, size_t why_len, const char *fmt, ...) {
-  if (why != NULL && why_len > 0) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, why_len, fmt, ap);
-    va_end(ap);
-  }
-  return -1;
-}
 
 static const spool__unit *spool__find_unit(const char *s, size_t n) {
   size_t i;
   for (i = 0; i < sizeof spool__units / sizeof spool__units[0]; i++) {
-    if (spool__word_is(s, n, spool__units[i].name)) return &spool__units[i];
+    if (spool__text_same_nocase(s, n, spool__units[i].name)) return &spool__units[i];
   }
   return NULL;
 }
@@ -110,18 +83,18 @@ int spool__parse_size(const char *text, size_t len, uint64_t *out, char *why, si
   const spool__unit *unit;
   uint64_t whole, frac;
 
-  if (text == NULL) return spool__why(why, why_len, "no text");
+  if (text == NULL) return spool__text_why(why, why_len, "no text");
   end = text + len;
-  while (s < end && spool__is_space(*s)) s++;
-  while (end > s && spool__is_space(end[-1])) end--;
-  if (s == end) return spool__why(why, why_len, "empty");
-  if (spool__word_is(s, (size_t)(end - s), "max")) {
+  while (s < end && spool__text_is_space(*s)) s++;
+  while (end > s && spool__text_is_space(end[-1])) end--;
+  if (s == end) return spool__text_why(why, why_len, "empty");
+  if (spool__text_same_nocase(s, (size_t)(end - s), "max")) {
     *out = UINT64_MAX;
     return 0;
   }
-  if (*s == '-') return spool__why(why, why_len, "negative");
-  if (*s == '.') return spool__why(why, why_len, "no digit before '.'");
-  if (!spool__is_digit(*s)) return spool__why(why, why_len, "not a number");
+  if (*s == '-') return spool__text_why(why, why_len, "negative");
+  if (*s == '.') return spool__text_why(why, why_len, "no digit before '.'");
+  if (!spool__is_digit(*s)) return spool__text_why(why, why_len, "not a number");
 
   int_digits = s;
   while (s < end && spool__is_digit(*s)) s++;
@@ -130,19 +103,20 @@ int spool__parse_size(const char *text, size_t len, uint64_t *out, char *why, si
     frac_digits = ++s;
     while (s < end && spool__is_digit(*s)) s++;
     frac_n = (size_t)(s - frac_digits);
-    if (frac_n == 0) return spool__why(why, why_len, "no digits after '.'");
+    if (frac_n == 0) return spool__text_why(why, why_len, "no digits after '.'");
   }
-  while (s < end && spool__is_space(*s)) s++; /* "4 GiB" reads like "4GiB" */
+  while (s < end && spool__text_is_space(*s)) s++; /* "4 GiB" reads like "4GiB" */
 
   unit = spool__find_unit(s, (size_t)(end - s));
   if (unit == NULL) /* capped: one bad value must not flood the message */
-    return spool__why(why, why_len, "unknown unit '%.*s'", end - s > 40 ? 40 : (int)(end - s), s);
+    return spool__text_why(why, why_len, "unknown unit '%.*s'",
+                           end - s > 40 ? 40 : (int)(end - s), s);
   if (spool__digits(int_digits, int_n, &whole) != 0 || whole > UINT64_MAX / unit->bytes)
-    return spool__why(why, why_len, "%s", spool__too_large);
+    return spool__text_why(why, why_len, "%s", spool__too_large);
   whole *= unit->bytes;
   if (spool__fraction_bytes(frac_digits, frac_n, unit->bytes, &frac) != 0)
-    return spool__why(why, why_len, "not a whole number of bytes");
-  if (frac > UINT64_MAX - whole) return spool__why(why, why_len, "%s", spool__too_large);
+    return spool__text_why(why, why_len, "not a whole number of bytes");
+  if (frac > UINT64_MAX - whole) return spool__text_why(why, why_len, "%s", spool__too_large);
   *out = whole + frac;
   return 0;
 }

@@ -5,7 +5,14 @@
  *    in words (the CUDA error name and the numbers involved) until this thread's next failure.
  *  - Results come back through out-parameters, which are written only on success, except where a
  *    comment says they are cleared on failure (spool_alloc sets *ptr to NULL).
- *  - A failed call leaves the pool as it was: nothing allocated, nothing freed, counters unchanged.
+ *  - A failed call leaves the pool as it was: nothing allocated, nothing freed; only the failure
+ *    counters of spool_stats (alloc_failures, ooms) move. Exceptions are named where they occur.
+ *  - Where a comment lists SPOOL_ERR_CUDA, a CUDA failure that means out of memory, no usable
+ *    device or an unsupported feature comes back as SPOOL_ERR_OOM, SPOOL_ERR_NO_DEVICE or
+ *    SPOOL_ERR_UNSUPPORTED instead.
+ *  - After a CUDA failure that spool reports through its status, spool clears the runtime's last
+ *    error, so that cudaGetLastError() afterwards speaks only of the caller's own calls (sticky
+ *    errors stay, as CUDA keeps returning them).
  *  - The caller owns every pointer it passes in; spool never keeps one past the call unless the
  *    comment says so. spool owns the spool_pool objects it creates until spool_pool_destroy.
  *  - No spool function runs at process exit: there are no atexit handlers and no destructors.
@@ -170,8 +177,9 @@ typedef struct spool_pool spool_pool; /* opaque */
  * cfg->device, with CUDA's reason); SPOOL_ERR_UNSUPPORTED (driver older than 11.2, a device
  * without memory pools, max_size without CUDA 12.2, a peer that cannot access the device);
  * SPOOL_ERR_OOM (reserve could not be met); SPOOL_ERR_CUDA; SPOOL_ERR_HOST_OOM. On failure
- * *pool is NULL and nothing is left behind. Thread safe. The caller owns *pool and must pass it
- * to spool_pool_destroy. */
+ * *pool is NULL and nothing is left behind (the one exception, said in the message: when CUDA
+ * refuses every way of freeing the reserve, it stays allocated in the pool). Thread safe. The
+ * caller owns *pool and must pass it to spool_pool_destroy. */
 SPOOL_EXPORT spool_status spool_pool_create(spool_pool **pool, const spool_config *cfg);
 
 /* Like spool_pool_create, but over an existing cudaMemPool_t that the caller keeps owning:
@@ -186,12 +194,12 @@ SPOOL_EXPORT spool_status spool_pool_adopt(spool_pool **pool, cudaMemPool_t hand
                                            const spool_config *cfg);
 
 /* Destroys the pool. Buffers still allocated are leaks: each is listed on stderr (pointer, size,
- * stream, allocation number), then all are freed after a device synchronize, and the call
- * returns SPOOL_ERR_LEAKS; the pool is gone all the same. An own pool is then destroyed with
- * cudaMemPoolDestroy; an adopted one is left to its owner. NULL: SPOOL_OK, nothing done.
- * Returns SPOOL_OK, SPOOL_ERR_LEAKS, SPOOL_ERR_CUDA, SPOOL_ERR_HOST_OOM (no memory to list the
- * leaks: they are not freed); the pool is gone in every case. Not thread safe with other calls
- * on the same pool: no other thread may use it meanwhile, and the pointer is invalid after. */
+ * stream, allocation number, in allocation order), then all are freed after a device
+ * synchronize (their streams may be gone), and the call returns SPOOL_ERR_LEAKS. An own pool is
+ * then destroyed with cudaMemPoolDestroy; an adopted one is left to its owner. NULL: SPOOL_OK,
+ * nothing done. Returns SPOOL_OK, SPOOL_ERR_LEAKS, SPOOL_ERR_CUDA; the pool is gone in every
+ * case. Not thread safe with other calls on the same pool: no other thread may use it
+ * meanwhile, and the pointer is invalid after. */
 SPOOL_EXPORT spool_status spool_pool_destroy(spool_pool *pool);
 
 /* The cudaMemPool_t under the pool, for CUDA calls spool does not wrap; NULL for a NULL pool.
@@ -263,13 +271,16 @@ typedef struct spool_stats {
 SPOOL_EXPORT spool_status spool_stats_get(spool_pool *pool, spool_stats *out);
 
 /* Sets every peak to its current value, the pool's high-water marks included. Returns SPOOL_OK;
- * SPOOL_ERR_INVALID (pool NULL); SPOOL_ERR_CUDA. Thread safe. */
+ * SPOOL_ERR_INVALID (pool NULL); SPOOL_ERR_CUDA: then the library's peaks are unchanged, but if
+ * CUDA reset the reserved high-water mark before refusing the used one, that reset stands (CUDA
+ * cannot undo it). Thread safe. */
 SPOOL_EXPORT spool_status spool_stats_reset_peaks(spool_pool *pool);
 
 /* Writes a human report to out: device, settings, bytes and buffers in use and reserved with
- * peaks, totals, and the device's free and total memory (cudaMemGetInfo). Returns SPOOL_OK;
- * SPOOL_ERR_INVALID (pool or out NULL); SPOOL_ERR_CUDA; SPOOL_ERR_IO (the write failed). Thread
- * safe; out is the caller's and is not closed. */
+ * peaks, totals, and the device's free and total memory (cudaMemGetInfo; when that fails, the
+ * line says why and the report still succeeds). Returns SPOOL_OK; SPOOL_ERR_INVALID (pool or out
+ * NULL); SPOOL_ERR_CUDA (the pool's attributes could not be read: nothing is written);
+ * SPOOL_ERR_IO (the write failed). Thread safe; out is the caller's and is not closed. */
 SPOOL_EXPORT spool_status spool_report(spool_pool *pool, FILE *out);
 
 #ifdef __cplusplus

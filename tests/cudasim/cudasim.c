@@ -1237,9 +1237,17 @@ cudaError_t CUDARTAPI cudaDeviceSetMemPool(int device, cudaMemPool_t memPool) {
   SIM_CALL(set_mem_pool(device, memPool));
 }
 
+/* The header says the reserved bytes "must be 0": hold callers to it, as a later driver that
+ * gives them meaning would. */
+static int props_reserved_zero(const struct cudaMemPoolProps *props) {
+  for (size_t i = 0; i < sizeof props->reserved; i++)
+    if (props->reserved[i] != 0) return 0;
+  return 1;
+}
+
 static cudaError_t pool_create(cudaMemPool_t *out, const struct cudaMemPoolProps *props) {
   if (!out || !props || props->allocType != cudaMemAllocationTypePinned ||
-      props->location.type != cudaMemLocationTypeDevice)
+      props->location.type != cudaMemLocationTypeDevice || !props_reserved_zero(props))
     return cudaErrorInvalidValue;
   int d = props->location.id;
   if (!valid_dev(d))
