@@ -42,8 +42,8 @@ static spool_status alloc_failed(spool_pool *p, cudaError_t err, size_t size, cu
     return spool__fail_cuda(err, "cudaMallocFromPoolAsync", "%s: %s on stream %p, device %d",
                             ALLOC, spool__format_size(size, a), (void *)stream, p->device);
   }
-  spool__clear_cuda_error();
   describe_oom(p, size, stream, in_use, buffers);
+  spool__clear_cuda_error(); /* the failed allocation's error, and any of describe_oom's */
   return SPOOL_ERR_OOM;
 }
 
@@ -87,8 +87,7 @@ spool_status spool_alloc(spool_pool *pool, void **ptr, size_t size, cudaStream_t
   if (s != SPOOL_OK) {
     /* Untracked memory could never be freed through spool: give it back now. */
     err = cudaFreeAsync(p, stream);
-    if (err != cudaSuccess)
-      spool__append(s, "; freeing the untracked buffer failed too: %s", cudaGetErrorName(err));
+    if (err != cudaSuccess) spool__also_failed(s, err, "freeing the untracked buffer");
     return s;
   }
   *ptr = p;
@@ -209,8 +208,7 @@ static spool_status free_all(spool_pool *p) {
     if (f.err != cudaSuccess)
       s = spool__fail_cuda(f.err, "cudaFreeAsync", "%s: %p", ctx, (void *)f.ptr);
   }
-  spool_status left = spool__device_leave(p->device, saved, ctx);
-  return s != SPOOL_OK ? s : left;
+  return spool__device_leave(p->device, saved, s, ctx);
 }
 
 spool_status spool__free_leaks(spool_pool *pool) {

@@ -51,12 +51,12 @@ spool_status spool__device_enter(int device, int *saved, const char *context) {
   return SPOOL_OK;
 }
 
-spool_status spool__device_leave(int device, int saved, const char *context) {
-  if (saved == device) return SPOOL_OK;
+spool_status spool__device_leave(int device, int saved, spool_status s, const char *context) {
+  if (saved == device) return s;
   cudaError_t err = cudaSetDevice(saved);
-  if (err != cudaSuccess)
-    return spool__fail_cuda(err, "cudaSetDevice", "%s: restoring device %d", context, saved);
-  return SPOOL_OK;
+  if (err == cudaSuccess) return s;
+  if (s != SPOOL_OK) return spool__also_failed(s, err, "restoring the current device");
+  return spool__fail_cuda(err, "cudaSetDevice", "%s: restoring device %d", context, saved);
 }
 
 spool_status spool__device_meminfo(int device, size_t *free_bytes, size_t *total_bytes) {
@@ -65,8 +65,7 @@ spool_status spool__device_meminfo(int device, size_t *free_bytes, size_t *total
   spool_status s = spool__device_enter(device, &saved, context);
   if (s != SPOOL_OK) return s;
   cudaError_t err = cudaMemGetInfo(free_bytes, total_bytes);
-  spool_status left = spool__device_leave(device, saved, context);
   if (err != cudaSuccess)
-    return spool__fail_cuda(err, "cudaMemGetInfo", "%s of device %d", context, device);
-  return left;
+    s = spool__fail_cuda(err, "cudaMemGetInfo", "%s of device %d", context, device);
+  return spool__device_leave(device, saved, s, context);
 }

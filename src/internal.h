@@ -36,6 +36,10 @@ spool_status spool__fail_cuda(cudaError_t err, const char *api, const char *fmt,
 /* Appends to this thread's message (e.g. a cleanup that failed too) and returns s. */
 spool_status spool__append(spool_status s, const char *fmt, ...) SPOOL__PRINTF(2, 3);
 
+/* For a second CUDA failure on a path that is already failing: appends "; <what> also failed:
+ * <cudaErrorName>" to the first failure's message, clears the runtime's last error, returns s. */
+spool_status spool__also_failed(spool_status s, cudaError_t err, const char *what);
+
 /* Puts "<context>: " in front of this thread's message and returns s. */
 spool_status spool__prefix(spool_status s, const char *context);
 
@@ -112,9 +116,11 @@ struct spool_pool {
 spool_status spool__device_check(int device, const char *context);
 
 /* Makes device current for the calling thread, remembering the old one in *saved; leave puts
- * it back. Both are no-ops when device already is the current one. */
+ * it back and returns s, or its own failure when s is SPOOL_OK (a failure of its own on a path
+ * that already failed is added to that message). No-ops when device already is the current one.
+ */
 spool_status spool__device_enter(int device, int *saved, const char *context);
-spool_status spool__device_leave(int device, int saved, const char *context);
+spool_status spool__device_leave(int device, int saved, spool_status s, const char *context);
 
 /* cudaMemGetInfo for device, keeping the calling thread's current device. */
 spool_status spool__device_meminfo(int device, size_t *free_bytes, size_t *total_bytes);

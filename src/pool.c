@@ -177,15 +177,19 @@ static spool_status prime(spool_pool *p, const char *ctx) {
       s = spool__fail_cuda(err, "cudaFreeAsync", "%s: reserve", ctx);
       /* Otherwise the pool would hold an allocation that nobody can free, for good when the
        * pool is adopted: try the synchronous free, which takes pool memory too. */
-      if (cudaFree(ptr) != cudaSuccess)
-        spool__append(s, "; cudaFree failed too, %s stay allocated in the pool", size);
+      err = cudaFree(ptr);
+      if (err != cudaSuccess) {
+        spool__also_failed(s, err, "cudaFree");
+        spool__append(s, "; %s stay allocated in the pool", size);
+      }
     }
     err = cudaStreamSynchronize(stream);
     if (err != cudaSuccess && s == SPOOL_OK)
       s = spool__fail_cuda(err, "cudaStreamSynchronize", "%s: reserve", ctx);
+    else if (err != cudaSuccess)
+      spool__also_failed(s, err, "cudaStreamSynchronize");
   }
-  spool_status left = spool__device_leave(p->device, saved, ctx);
-  return s != SPOOL_OK ? s : left;
+  return spool__device_leave(p->device, saved, s, ctx);
 }
 
 /* ---- adopted pools: remember and restore ------------------------------------------------- */
@@ -218,9 +222,7 @@ static void restore_settings(spool_pool *p, const saved_settings *old) {
     struct cudaMemAccessDesc d = access_desc(p->cfg.peer_access[i], old->access[i]);
     err = cudaMemPoolSetAccess(p->handle, &d, 1);
   }
-  if (err != cudaSuccess)
-    spool__append(SPOOL_OK, "; restoring the adopted pool's settings also failed: %s",
-                  cudaGetErrorName(err));
+  if (err != cudaSuccess) spool__also_failed(SPOOL_OK, err, "restoring the adopted pool's settings");
 }
 
 /* ---- create, adopt, destroy --------------------------------------------------------------- */
@@ -282,8 +284,7 @@ static spool_status configure(spool_pool *p, const char *ctx) {
   if (s == SPOOL_OK) return SPOOL_OK;
   if (p->owned) {
     cudaError_t err = cudaMemPoolDestroy(p->handle);
-    if (err != cudaSuccess)
-      spool__append(s, "; destroying the new pool also failed: %s", cudaGetErrorName(err));
+    if (err != cudaSuccess) spool__also_failed(s, err, "destroying the new pool");
   } else {
     restore_settings(p, &old);
   }
@@ -330,8 +331,8 @@ static spool_status open_pool(spool_pool **pool, const spool_config *cfg, cudaMe
   spool_pool *p = pool_new(cfg, handle, owned);
   if (!p) {
     s = spool__fail(SPOOL_ERR_HOST_OOM, "%s: no host memory for the pool", ctx);
-    if (owned && cudaMemPoolDestroy(handle) != cudaSuccess)
-      spool__append(s, "; destroying the new cudaMemPool also failed");
+    cudaError_t err = owned ? cudaMemPoolDestroy(handle) : cudaSuccess;
+    if (err != cudaSuccess) spool__also_failed(s, err, "destroying the new pool");
     return s;
   }
   s = configure(p, ctx);
@@ -367,7 +368,7 @@ spool_status spool_pool_destroy(spool_pool *pool) {
       if (s == SPOOL_OK)
         s = spool__fail_cuda(err, "cudaMemPoolDestroy", "spool_pool_destroy: device %d", pool->device);
       else
-        spool__append(s, "; cudaMemPoolDestroy also failed: %s", cudaGetErrorName(err));
+        spool__also_failed(s, err, "cudaMemPoolDestroy");
     }
   }
   pool_free(pool);

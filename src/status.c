@@ -100,3 +100,9 @@ void spool__save_error(char out[SPOOL__MESSAGE]) { memcpy(out, last_error, sizeo
 void spool__restore_error(const char saved[SPOOL__MESSAGE]) {
   memcpy(last_error, saved, sizeof last_error);
 }
+
+spool_status spool__also_failed(spool_status s, cudaError_t err, const char *what) {
+  spool__append(s, "; %s also failed: %s", what, cudaGetErrorName(err));
+  spool__clear_cuda_error();
+  return s;
+}

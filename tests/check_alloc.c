@@ -443,6 +443,32 @@ START_TEST(threads) {
 }
 END_TEST
 
+/* ---- the runtime's last error after a failure ------------------------------------------------ */
+
+START_TEST(oom_clears_last_error) {
+  /* An out-of-memory from a limited pool (64 MiB; CUDA rounds limits to its own granularity,
+   * 32 MiB on an H200) is reported by spool; the thread's CUDA error state stays clean. */
+  spool_config cfg = test_config();
+  cfg.max_size = 64 * MiB;
+  spool_pool *p = test_pool_create(&cfg);
+  cudaStream_t s = test_stream_create();
+  ck_assert_int_eq(cudaGetLastError(), cudaSuccess);
+  void *ptr = TEST_SENTINEL;
+  CK_STATUS(spool_alloc(p, &ptr, 1 * GiB, s), SPOOL_ERR_OOM);
+  ck_assert_ptr_null(ptr);
+  CK_LAST_ERROR_HAS("1.00 GiB");
+  cudaError_t last = cudaGetLastError();
+  ck_assert_msg(last == cudaSuccess, "cudaGetLastError() after the OOM: %s",
+                cudaGetErrorName(last));
+  /* The pool and the stream still work. */
+  CK_SPOOL(spool_alloc(p, &ptr, 1 * MiB, s));
+  CK_CUDA(cudaMemsetAsync(ptr, 0x11, 1 * MiB, s));
+  CK_SPOOL(spool_free(p, ptr, s));
+  test_stream_destroy(s);
+  test_pool_destroy(p);
+}
+END_TEST
+
 /* ---- sim only: failures the driver cannot be made to produce on demand ------------------------- */
 
 #ifdef SPOOL_TEST_SIM
@@ -555,6 +581,49 @@ START_TEST(sim_free_injected_failure) {
 }
 END_TEST
 
+START_TEST(sim_failures_clear_last_error) {
+  /* After every CUDA failure spool reports, cudaGetLastError() speaks only of the caller's own
+   * calls: spool clears the runtime's last error. */
+  spool_pool *p = default_pool();
+  cudaStream_t s = test_stream_create();
+  void *a = NULL;
+  CK_SPOOL(spool_alloc(p, &a, 1 * MiB, s));
+
+  cudasim_fail("cudaMemPoolTrimTo", 1, cudaErrorUnknown);
+  CK_STATUS(spool_trim(p, 0), SPOOL_ERR_CUDA);
+  ck_assert_int_eq(cudasim_armed(), 0);
+  ck_assert_int_eq(cudaPeekAtLastError(), cudaSuccess);
+  ck_assert_int_eq(cudaGetLastError(), cudaSuccess);
+
+  cudasim_fail("cudaFreeAsync", 1, cudaErrorUnknown);
+  CK_STATUS(spool_free(p, a, s), SPOOL_ERR_CUDA);
+  ck_assert_int_eq(cudasim_armed(), 0);
+  ck_assert_int_eq(cudaGetLastError(), cudaSuccess);
+
+  void *b = TEST_SENTINEL;
+  cudasim_fail("cudaMallocFromPoolAsync", 1, cudaErrorUnknown);
+  CK_STATUS(spool_alloc(p, &b, 1000, s), SPOOL_ERR_CUDA);
+  ck_assert_ptr_null(b);
+  ck_assert_int_eq(cudasim_armed(), 0);
+  ck_assert_int_eq(cudaGetLastError(), cudaSuccess);
+
+  cudasim_fail("cudaMallocFromPoolAsync", 1, cudaErrorMemoryAllocation);
+  CK_STATUS(spool_alloc(p, &b, 1000, s), SPOOL_ERR_OOM);
+  ck_assert_int_eq(cudasim_armed(), 0);
+  ck_assert_int_eq(cudaGetLastError(), cudaSuccess);
+
+  /* A failure of the caller's own still shows: spool clears only after its own failures. */
+  ck_assert_int_ne(cudaFreeAsync(TEST_SENTINEL, s), cudaSuccess);
+  CK_SPOOL(spool_alloc(p, &b, 1000, s));
+  ck_assert_int_ne(cudaGetLastError(), cudaSuccess);
+
+  CK_SPOOL(spool_free(p, b, s));
+  CK_SPOOL(spool_free(p, a, s));
+  test_stream_destroy(s);
+  test_pool_destroy(p);
+}
+END_TEST
+
 START_TEST(sim_capacity_exhausted) {
   cudasim_set_capacity(0, 64 * MiB);
   spool_pool *p = default_pool();
@@ -630,12 +699,17 @@ static Suite *alloc_suite(void) {
   tcase_add_test(tc, threads);
   suite_add_tcase(s, tc);
 
+  tc = test_tcase("last_error");
+  tcase_add_test(tc, oom_clears_last_error);
+  suite_add_tcase(s, tc);
+
 #ifdef SPOOL_TEST_SIM
   tc = test_tcase("sim_failures");
   tcase_add_test(tc, sim_alloc_injected_oom);
   tcase_add_test(tc, sim_alloc_injected_cuda_errors);
   tcase_add_test(tc, sim_alloc_destroyed_stream);
   tcase_add_test(tc, sim_free_injected_failure);
+  tcase_add_test(tc, sim_failures_clear_last_error);
   tcase_add_test(tc, sim_capacity_exhausted);
   tcase_add_test(tc, sim_held_stream_reuse);
   suite_add_tcase(s, tc);

@@ -272,6 +272,14 @@ START_TEST(peer_access_no_such_device) {
   cfg.peer_access[0] = n;
   cfg.peer_access_count = 1;
   expect_create_fails(&cfg, SPOOL_ERR_CONFIG);
+  char name[32];
+  snprintf(name, sizeof name, "device %d", n);
+  CK_LAST_ERROR_HAS(name);
+#ifdef SPOOL_TEST_SIM
+  /* Checked before anything is created. */
+  ck_assert_int_eq(cudasim_calls("cudaMemPoolCreate"), 0);
+  ck_assert_int_eq(cudasim_calls("cudaMemPoolSetAttribute"), 0);
+#endif
   cfg.peer_access[0] = 1000;
   expect_create_fails(&cfg, SPOOL_ERR_CONFIG);
   /* Negative ordinals and duplicates are rejected by validation. */
@@ -290,7 +298,11 @@ START_TEST(peer_access_gpu_peers) {
   int n = test_device_count();
   int can = 0;
   if (n >= 2) CK_CUDA(cudaDeviceCanAccessPeer(&can, 1, 0));
-  if (!can) return; /* one device, or no peer access: covered by the sim */
+  if (!can) { /* one device, or no peer access: covered by the sim */
+    fprintf(stderr, "peer_access_gpu_peers: checked nothing: %s\n",
+            n < 2 ? "only one device is present" : "device 1 cannot access device 0");
+    return;
+  }
   spool_config cfg = test_config();
   cfg.peer_access[0] = 1;
   cfg.peer_access_count = 1;
@@ -374,6 +386,41 @@ START_TEST(default_pool_max_size) {
   cfg.max_size = 64 * MiB; /* fixed when a pool is created: not for the default pool */
   expect_create_fails(&cfg, SPOOL_ERR_CONFIG);
   CK_LAST_ERROR_HAS("max_size");
+}
+END_TEST
+
+START_TEST(default_pool_max_size_max) {
+  /* max_size=max means no limit: nothing to fix at creation, so the default pool takes it. */
+  cudaMemPool_t def = NULL;
+  CK_CUDA(cudaDeviceGetDefaultMemPool(&def, 0));
+  pool_settings before = read_settings(def); /* put back at the end: the device is shared */
+  spool_config cfg = test_config();
+  cfg.pool = SPOOL_POOL_DEFAULT;
+  cfg.max_size = UINT64_MAX;
+  cfg.release_threshold = 8 * MiB;
+  spool_pool *p = test_pool_create(&cfg);
+  ck_assert_ptr_eq(spool_pool_handle(p), def);
+  ck_assert_uint_eq(test_pool_attr_u64(def, cudaMemPoolAttrReleaseThreshold), 8 * MiB);
+  check_pool_usable(p, 2 * MiB);
+  test_pool_destroy(p);
+  write_settings(def, &before);
+  CK_CUDA(cudaMemPoolTrimTo(def, 0));
+
+  /* ... while a real limit is still refused, the default pool untouched. */
+  cfg.max_size = 64 * MiB;
+  expect_create_fails(&cfg, SPOOL_ERR_CONFIG);
+  CK_LAST_ERROR_HAS("max_size");
+  ck_assert_uint_eq(test_pool_attr_u64(def, cudaMemPoolAttrReleaseThreshold), before.threshold);
+
+  /* The same for a caller's pool adopted with max_size=max. */
+  cudaMemPool_t h = make_cuda_pool(0);
+  cfg = test_config();
+  cfg.max_size = UINT64_MAX;
+  CK_SPOOL(spool_pool_adopt(&p, h, &cfg));
+  ck_assert_ptr_eq(spool_pool_handle(p), h);
+  check_pool_usable(p, 1 * MiB);
+  test_pool_destroy(p);
+  CK_CUDA(cudaMemPoolDestroy(h));
 }
 END_TEST
 
@@ -467,7 +514,10 @@ START_TEST(sim_adopt_names_the_device) {
 END_TEST
 #else
 START_TEST(gpu_adopt_names_the_device) {
-  if (test_device_count() < 2) return; /* needs a second device; covered by the sim */
+  if (test_device_count() < 2) { /* needs a second device; covered by the sim */
+    fprintf(stderr, "gpu_adopt_names_the_device: checked nothing: only one device is present\n");
+    return;
+  }
   adopt_on_device_1();
 }
 END_TEST
@@ -752,6 +802,7 @@ static spool_status status_of(cudaError_t err) {
 
 typedef struct injection {
   long hit;          /* 1 when the armed call happened */
+  bool fired;        /* the armed failure was consumed by the create (cudasim_armed() == 0) */
   spool_status got;
 } injection;
 
@@ -775,7 +826,10 @@ static injection inject_create(variant v, const char *api, int nth, cudaError_t 
   spool_pool *p = (spool_pool *)TEST_SENTINEL;
   injection r;
   r.got = v == ADOPT ? spool_pool_adopt(&p, caller, &cfg) : spool_pool_create(&p, &cfg);
+  r.fired = cudasim_armed() == 0;
   r.hit = cudasim_calls(api) - before >= nth;
+  ck_assert_msg(r.hit == r.fired, "%s: %s call %d: reached %ld, yet the failure %s",
+                VARIANT_NAME[v], api, nth, r.hit, r.fired ? "fired" : "did not fire");
   const char *ctx = VARIANT_NAME[v];
   if (!r.hit) {
     ck_assert_msg(r.got == SPOOL_OK, "%s: %s call %d not reached, yet create returned %s: %s",
@@ -851,13 +905,10 @@ START_TEST(sim_create_failure_table) {
       {"cudaMemPoolSetAttribute", cudaErrorMemoryAllocation, SPOOL_ERR_OOM, true},
       {"cudaMemPoolSetAccess", cudaErrorUnknown, SPOOL_ERR_CUDA, true},
       {"cudaMemPoolSetAccess", cudaErrorMemoryAllocation, SPOOL_ERR_OOM, true},
-      {"cudaStreamCreateWithFlags", cudaErrorMemoryAllocation, SPOOL_ERR_OOM, false},
-      {"cudaStreamCreateWithFlags", cudaErrorUnknown, SPOOL_ERR_CUDA, false},
       {"cudaMallocFromPoolAsync", cudaErrorMemoryAllocation, SPOOL_ERR_OOM, true},
       {"cudaMallocFromPoolAsync", cudaErrorUnknown, SPOOL_ERR_CUDA, true},
       {"cudaFreeAsync", cudaErrorUnknown, SPOOL_ERR_CUDA, true},
       {"cudaStreamSynchronize", cudaErrorUnknown, SPOOL_ERR_CUDA, false},
-      {"cudaStreamDestroy", cudaErrorUnknown, SPOOL_ERR_CUDA, false},
       {"cudaSetDevice", cudaErrorUnknown, SPOOL_ERR_CUDA, false},
       {"cudaGetDevice", cudaErrorUnknown, SPOOL_ERR_CUDA, false},
   };
@@ -865,6 +916,11 @@ START_TEST(sim_create_failure_table) {
     injection r = inject_create(OWN, table[i].api, 1, table[i].err, table[i].want, true);
     ck_assert_msg(r.hit || !table[i].must_be_called, "create never called %s", table[i].api);
     if (r.hit) ck_assert_int_eq(r.got, table[i].want);
+    /* A row whose failure never fires tests nothing: every row must strike. */
+    ck_assert_msg(cudasim_calls(table[i].api) > 0, "row %zu: create never called %s", i,
+                  table[i].api);
+    ck_assert_msg(r.fired, "row %zu: the failure injected at %s (%s) never fired", i,
+                  table[i].api, cudaGetErrorName(table[i].err));
   }
 }
 END_TEST
@@ -884,6 +940,7 @@ static void fail_every_call(variant v) {
       "cudaMemGetInfo", "cudaEventCreateWithFlags", "cudaEventRecord", "cudaEventSynchronize",
       "cudaEventDestroy", "cudaGetLastError"};
   static const cudaError_t errs[] = {cudaErrorMemoryAllocation, cudaErrorUnknown};
+  long fired = 0; /* APIs create never calls may be listed, but some failure must strike */
   for (size_t a = 0; a < sizeof apis / sizeof apis[0]; a++) {
     for (size_t e = 0; e < sizeof errs / sizeof errs[0]; e++) {
       /* cudaGetDeviceCount in the device check means "no device" whatever the error: spool
@@ -894,11 +951,13 @@ static void fail_every_call(variant v) {
       for (; nth <= 64; nth++) {
         injection r = inject_create(v, apis[a], nth, errs[e], status_of(errs[e]), strict);
         if (!r.hit) break;
+        fired += r.fired;
       }
       ck_assert_msg(nth <= 64, "%s: create calls %s more than 64 times", VARIANT_NAME[v],
                     apis[a]);
     }
   }
+  ck_assert_msg(fired > 0, "%s: no injected failure ever fired", VARIANT_NAME[v]);
 }
 
 START_TEST(sim_create_fail_every_call_own) { fail_every_call(OWN); }
@@ -908,6 +967,154 @@ START_TEST(sim_create_fail_every_call_default) { fail_every_call(DEFAULT_POOL); 
 END_TEST
 
 START_TEST(sim_create_fail_every_call_adopt) { fail_every_call(ADOPT); }
+END_TEST
+
+/* ---- sim only: peers that are no device, on adopted pools ----------------------------------- */
+
+/* peer_access naming device `peer`, which does not exist: refused before the adopted pool (a
+ * caller's, then the default pool) is touched. */
+static void check_adopt_peer_no_such_device(int peer) {
+  char name[32];
+  snprintf(name, sizeof name, "device %d", peer);
+  cudaMemPool_t h = make_cuda_pool(0);
+  test_pool_set_attr_u64(h, cudaMemPoolAttrReleaseThreshold, 7 * MiB);
+  cudaMemPool_t def = NULL;
+  CK_CUDA(cudaDeviceGetDefaultMemPool(&def, 0));
+  test_pool_set_attr_u64(def, cudaMemPoolAttrReleaseThreshold, 3 * MiB);
+
+  spool_config cfg = test_config();
+  cfg.release_threshold = 64 * MiB;
+  cfg.reserve = 4 * MiB;
+  cfg.reuse_allow_opportunistic = false;
+  cfg.peer_access[0] = peer;
+  cfg.peer_access_count = 1;
+  long set_attr = cudasim_calls("cudaMemPoolSetAttribute");
+  long set_access = cudasim_calls("cudaMemPoolSetAccess");
+  long mallocs = cudasim_calls("cudaMallocFromPoolAsync");
+
+  spool_pool *p = (spool_pool *)TEST_SENTINEL;
+  CK_STATUS(spool_pool_adopt(&p, h, &cfg), SPOOL_ERR_CONFIG);
+  ck_assert_ptr_null(p);
+  CK_LAST_ERROR_HAS(name);
+  CK_LAST_ERROR_HAS("peer_access");
+  ck_assert_uint_eq(test_pool_attr_u64(h, cudaMemPoolAttrReleaseThreshold), 7 * MiB);
+  ck_assert_int_eq(test_pool_attr_int(h, cudaMemPoolReuseAllowOpportunistic), 1);
+
+  cfg.pool = SPOOL_POOL_DEFAULT;
+  p = (spool_pool *)TEST_SENTINEL;
+  CK_STATUS(spool_pool_create(&p, &cfg), SPOOL_ERR_CONFIG);
+  ck_assert_ptr_null(p);
+  CK_LAST_ERROR_HAS(name);
+  ck_assert_uint_eq(test_pool_attr_u64(def, cudaMemPoolAttrReleaseThreshold), 3 * MiB);
+  ck_assert_int_eq(test_pool_attr_int(def, cudaMemPoolReuseAllowOpportunistic), 1);
+
+  /* Nothing was set, nothing primed. */
+  ck_assert_int_eq(cudasim_calls("cudaMemPoolSetAttribute"), set_attr);
+  ck_assert_int_eq(cudasim_calls("cudaMemPoolSetAccess"), set_access);
+  ck_assert_int_eq(cudasim_calls("cudaMallocFromPoolAsync"), mallocs);
+  ck_assert_int_eq(cudasim_live_allocations(), 0);
+  ck_assert_int_eq(cudasim_pool_count(), 1); /* the caller's */
+  CK_CUDA(cudaMemPoolDestroy(h));
+}
+
+START_TEST(sim_adopt_peer_no_such_device) {
+  check_adopt_peer_no_such_device(5); /* one device */
+  cudasim_reset();
+  cudasim_set_device_count(2);
+  check_adopt_peer_no_such_device(2);
+}
+END_TEST
+
+/* ---- sim only: priming whose free fails ------------------------------------------------------- */
+
+/* cudaFreeAsync of the priming allocation fails once: create fails, and the library's fallback
+ * (cudaFree) leaves no allocation behind, in its own pool or in the caller's. */
+static void check_prime_free_fails(variant v) {
+  const char *ctx = VARIANT_NAME[v];
+  cudaMemPool_t caller = NULL;
+  pool_settings before = {0, {0, 0, 0}};
+  if (v == ADOPT) caller = make_cuda_pool(0);
+  if (v == DEFAULT_POOL) CK_CUDA(cudaDeviceGetDefaultMemPool(&caller, 0));
+  if (caller) before = read_settings(caller);
+  spool_config cfg = test_config(); /* release_threshold max: the pool keeps what is freed */
+  cfg.reserve = 4 * MiB;
+  cfg.pool = v == DEFAULT_POOL ? SPOOL_POOL_DEFAULT : SPOOL_POOL_OWN;
+  cudasim_fail("cudaFreeAsync", 1, cudaErrorUnknown);
+  spool_pool *p = (spool_pool *)TEST_SENTINEL;
+  spool_status got = v == ADOPT ? spool_pool_adopt(&p, caller, &cfg) : spool_pool_create(&p, &cfg);
+  ck_assert_msg(got == SPOOL_ERR_CUDA, "%s: create returned %s; last error: %s", ctx,
+                spool_status_name(got), spool_last_error());
+  ck_assert_ptr_null(p);
+  ck_assert_int_eq(cudasim_armed(), 0);
+  CK_LAST_ERROR_HAS("cudaFreeAsync");
+  CK_LAST_ERROR_HAS("cudaErrorUnknown");
+  ck_assert_msg(strstr(spool_last_error(), "stay allocated") == NULL,
+                "%s: the fallback worked, yet the message says: %s", ctx, spool_last_error());
+  ck_assert_int_eq(cudasim_calls("cudaFree"), 1); /* the fallback */
+  ck_assert_msg(cudasim_live_allocations() == 0, "%s: %ld allocations left", ctx,
+                cudasim_live_allocations());
+  ck_assert_int_eq(cudasim_pool_count(), v == ADOPT ? 1 : 0);
+  ck_assert_int_eq(cudasim_stream_count(), 0);
+  ck_assert_int_eq(cudaGetLastError(), cudaSuccess);
+  if (caller) {
+    pool_settings now = read_settings(caller);
+    ck_assert_uint_eq(now.threshold, before.threshold);
+    /* The caller's pool holds no live block: a trim gives everything back, and it works. */
+    CK_CUDA(cudaMemPoolTrimTo(caller, 0));
+    ck_assert_uint_eq(test_pool_attr_u64(caller, cudaMemPoolAttrUsedMemCurrent), 0);
+    ck_assert_uint_eq(test_pool_attr_u64(caller, cudaMemPoolAttrReservedMemCurrent), 0);
+    if (v == ADOPT) CK_CUDA(cudaMemPoolDestroy(caller));
+  }
+}
+
+START_TEST(sim_prime_free_fails_own) { check_prime_free_fails(OWN); }
+END_TEST
+
+START_TEST(sim_prime_free_fails_adopt) { check_prime_free_fails(ADOPT); }
+END_TEST
+
+START_TEST(sim_prime_free_fails_default) { check_prime_free_fails(DEFAULT_POOL); }
+END_TEST
+
+START_TEST(sim_prime_both_frees_fail) {
+  /* cudaFreeAsync and the cudaFree fallback both fail: the message says what stays. */
+  static const variant variants[] = {OWN, ADOPT};
+  for (size_t i = 0; i < 2; i++) {
+    cudasim_reset();
+    cudaMemPool_t caller = variants[i] == ADOPT ? make_cuda_pool(0) : NULL;
+    spool_config cfg = test_config();
+    cfg.reserve = 4 * MiB;
+    cudasim_fail("cudaFreeAsync", 1, cudaErrorUnknown);
+    cudasim_fail("cudaFree", 1, cudaErrorUnknown);
+    spool_pool *p = (spool_pool *)TEST_SENTINEL;
+    spool_status got =
+        caller ? spool_pool_adopt(&p, caller, &cfg) : spool_pool_create(&p, &cfg);
+    ck_assert_msg(got == SPOOL_ERR_CUDA, "%s: create returned %s; last error: %s",
+                  VARIANT_NAME[variants[i]], spool_status_name(got), spool_last_error());
+    ck_assert_ptr_null(p);
+    ck_assert_int_eq(cudasim_armed(), 0);
+    CK_LAST_ERROR_HAS("cudaFreeAsync");
+    CK_LAST_ERROR_HAS("cudaFree also failed");
+    CK_LAST_ERROR_HAS("4.00 MiB");
+    CK_LAST_ERROR_HAS("stay allocated");
+  }
+}
+END_TEST
+
+START_TEST(sim_prime_both_frees_fail_last_error) {
+  /* The cudaFree fallback's failure is reported too (in the message): the runtime's last error
+   * is cleared after it as after every failure spool reports. */
+  spool_config cfg = test_config();
+  cfg.reserve = 4 * MiB;
+  cudasim_fail("cudaFreeAsync", 1, cudaErrorUnknown);
+  cudasim_fail("cudaFree", 1, cudaErrorInvalidValue);
+  spool_pool *p = (spool_pool *)TEST_SENTINEL;
+  CK_STATUS(spool_pool_create(&p, &cfg), SPOOL_ERR_CUDA);
+  CK_LAST_ERROR_HAS("stay allocated");
+  cudaError_t last = cudaGetLastError();
+  ck_assert_msg(last == cudaSuccess, "cudaGetLastError() after the create: %s",
+                cudaGetErrorName(last));
+}
 END_TEST
 
 START_TEST(sim_destroy_failures) {
@@ -950,6 +1157,7 @@ static Suite *pool_suite(void) {
   tc = test_tcase("adopt");
   tcase_add_test(tc, default_pool);
   tcase_add_test(tc, default_pool_max_size);
+  tcase_add_test(tc, default_pool_max_size_max);
   tcase_add_test(tc, adopt_caller_pool);
   tcase_add_test(tc, adopt_errors);
 #ifdef SPOOL_TEST_SIM
@@ -987,6 +1195,12 @@ static Suite *pool_suite(void) {
   tcase_add_test(tc, sim_create_fail_every_call_default);
   tcase_add_test(tc, sim_create_fail_every_call_adopt);
   tcase_add_test(tc, sim_destroy_failures);
+  tcase_add_test(tc, sim_adopt_peer_no_such_device);
+  tcase_add_test(tc, sim_prime_free_fails_own);
+  tcase_add_test(tc, sim_prime_free_fails_adopt);
+  tcase_add_test(tc, sim_prime_free_fails_default);
+  tcase_add_test(tc, sim_prime_both_frees_fail);
+  tcase_add_test(tc, sim_prime_both_frees_fail_last_error);
   suite_add_tcase(s, tc);
 #endif
   return s;

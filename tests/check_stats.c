@@ -375,8 +375,14 @@ START_TEST(release_threshold_between) {
   for (int i = 0; i < 3; i++) CK_SPOOL(spool_free(p, ptrs[i], s));
   CK_CUDA(cudaStreamSynchronize(s));
   spool_stats st = test_stats(p);
-  /* Real CUDA releases down to around the threshold; certain is only that nothing grew. */
-  ck_assert_uint_le(st.bytes_reserved, before);
+  /* For the log: what the runtime really gives back at the synchronize. */
+  fprintf(stderr,
+          "release_threshold_between: threshold 32 MiB, reserved %" PRIu64 " B before the "
+          "synchronize, %" PRIu64 " B after\n",
+          before, st.bytes_reserved);
+  /* Real CUDA releases down to around the threshold, not exactly to it; certain is that memory
+   * was released. */
+  ck_assert_uint_lt(st.bytes_reserved, before);
 #ifdef SPOOL_TEST_SIM
   ck_assert_uint_le(st.bytes_reserved, 32 * MiB);
 #endif
@@ -460,6 +466,38 @@ START_TEST(sim_reset_peaks_fails) {
 }
 END_TEST
 
+START_TEST(sim_reset_peaks_second_fails) {
+  /* The second high-water mark reset fails: SPOOL_ERR_CUDA, and the library's own peaks are
+   * not reset (CUDA's first reset cannot be undone: spool.h says so). */
+  spool_pool *p = pool_with_threshold(UINT64_MAX);
+  cudaStream_t s = test_stream_create();
+  void *a = NULL, *b = NULL;
+  CK_SPOOL(spool_alloc(p, &a, 4 * MiB, s));
+  CK_SPOOL(spool_alloc(p, &b, 1 * MiB, s));
+  CK_SPOOL(spool_free(p, a, s));
+  long calls = cudasim_calls("cudaMemPoolSetAttribute");
+  cudasim_fail("cudaMemPoolSetAttribute", 2, cudaErrorUnknown);
+  CK_STATUS(spool_stats_reset_peaks(p), SPOOL_ERR_CUDA);
+  CK_LAST_ERROR_HAS("cudaErrorUnknown");
+  ck_assert_int_eq(cudasim_armed(), 0);
+  ck_assert_int_eq(cudasim_calls("cudaMemPoolSetAttribute") - calls, 2);
+  spool_stats st = test_stats(p);
+  ck_assert_uint_eq(st.bytes_in_use_peak, 5 * MiB);
+  ck_assert_uint_eq(st.buffers_in_use_peak, 2);
+  ck_assert_uint_eq(st.bytes_in_use, 1 * MiB);
+  ck_assert_uint_eq(st.buffers_in_use, 1);
+  ck_assert_int_eq(cudaGetLastError(), cudaSuccess);
+  /* A later reset works. */
+  CK_SPOOL(spool_stats_reset_peaks(p));
+  st = test_stats(p);
+  ck_assert_uint_eq(st.bytes_in_use_peak, 1 * MiB);
+  ck_assert_uint_eq(st.buffers_in_use_peak, 1);
+  CK_SPOOL(spool_free(p, b, s));
+  test_stream_destroy(s);
+  test_pool_destroy(p);
+}
+END_TEST
+
 START_TEST(sim_trim_fails) {
   spool_pool *p = pool_with_threshold(UINT64_MAX);
   cudaStream_t s = test_stream_create();
@@ -513,6 +551,26 @@ START_TEST(sim_report_meminfo_fails) {
   CK_TEXT_HAS(text, "cudaMemGetInfo");
   CK_TEXT_HAS(text, "cudaErrorUnknown");
   free(text);
+  test_pool_destroy(p);
+}
+END_TEST
+
+START_TEST(sim_report_meminfo_fails_keeps_last_error) {
+  /* spool_report succeeds without cudaMemGetInfo: the thread's last failure stays as it was. */
+  spool_pool *p = pool_with_threshold(UINT64_MAX);
+  void *ptr = TEST_SENTINEL;
+  CK_STATUS(spool_alloc(NULL, &ptr, 1000, NULL), SPOOL_ERR_INVALID);
+  char kept[1024];
+  snprintf(kept, sizeof kept, "%s", spool_last_error());
+  ck_assert_msg(kept[0] != '\0', "no message for the failed alloc");
+  cudasim_fail("cudaMemGetInfo", 1, cudaErrorUnknown);
+  char *text = report_text(p); /* asserts SPOOL_OK */
+  ck_assert_int_eq(cudasim_armed(), 0);
+  CK_TEXT_HAS(text, "cudaErrorUnknown"); /* the failure is in the report ... */
+  free(text);
+  ck_assert_msg(strcmp(spool_last_error(), kept) == 0, /* ... not in the last error */
+                "last error changed by a successful report: \"%s\", was \"%s\"",
+                spool_last_error(), kept);
   test_pool_destroy(p);
 }
 END_TEST
@@ -575,9 +633,11 @@ static Suite *stats_suite(void) {
   tc = test_tcase("sim_failures");
   tcase_add_test(tc, sim_stats_get_fails);
   tcase_add_test(tc, sim_reset_peaks_fails);
+  tcase_add_test(tc, sim_reset_peaks_second_fails);
   tcase_add_test(tc, sim_trim_fails);
   tcase_add_test(tc, sim_trim_pending_free);
   tcase_add_test(tc, sim_report_meminfo_fails);
+  tcase_add_test(tc, sim_report_meminfo_fails_keeps_last_error);
   tcase_add_test(tc, sim_report_attribute_fails);
   tcase_add_test(tc, sim_report_capacity);
   suite_add_tcase(s, tc);
