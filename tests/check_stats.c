@@ -380,12 +380,10 @@ START_TEST(release_threshold_between) {
           "release_threshold_between: threshold 32 MiB, reserved %" PRIu64 " B before the "
           "synchronize, %" PRIu64 " B after\n",
           before, st.bytes_reserved);
-  /* Real CUDA releases down to around the threshold, not exactly to it; certain is that memory
-   * was released. */
+  /* The synchronize releases down to the threshold: on an H200 (CUDA 13, driver 580) 192 MiB
+   * became exactly 32 MiB; cudasim releases whole free segments, down to 32 MiB or below. */
   ck_assert_uint_lt(st.bytes_reserved, before);
-#ifdef SPOOL_TEST_SIM
   ck_assert_uint_le(st.bytes_reserved, 32 * MiB);
-#endif
   test_stream_destroy(s);
   test_pool_destroy(p);
 }
