@@ -1,58 +1,42 @@
 /* Where an allocation comes from and where a free goes: the stream-ordered paths over
- * cudaMallocFromPoolAsync / cudaFreeAsync, trim, and the leak sweep at destroy. */
+ * cudaMallocFromPoolAsync / cudaFreeAsync, with tracking, poisoning, trim, and the words for a
+ * free that must not reach the driver. */
 #include "internal.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
+#include <string.h>
 
 static const char ALLOC[] = "spool_alloc";
 static const char FREE[] = "spool_free";
 
-/* ---- failures ------------------------------------------------------------------------------ */
+#define POISON_NEW 0xA5  /* uninitialised reads show as 0xA5A5A5A5 */
+#define POISON_FREED 0xDD /* reads after the free show as 0xDDDDDDDD */
 
-/* Device-wide figures for an out-of-memory message; "?" where CUDA could not say. */
-static void describe_oom(spool_pool *p, size_t asked, cudaStream_t stream, uint64_t in_use,
-                         uint64_t buffers) {
-  char a[SPOOL__SIZE_TEXT], u[SPOOL__SIZE_TEXT], r[SPOOL__SIZE_TEXT] = "?";
-  char l[SPOOL__SIZE_TEXT] = "none", f[SPOOL__SIZE_TEXT] = "?", t[SPOOL__SIZE_TEXT] = "?";
-  uint64_t reserved = 0;
-  size_t free_b = 0, total_b = 0;
-  cudaError_t err = cudaMemPoolGetAttribute(p->handle, cudaMemPoolAttrReservedMemCurrent, &reserved);
-  if (err == cudaSuccess) spool__format_size(reserved, r);
-  if (spool__device_meminfo(p->device, &free_b, &total_b) == SPOOL_OK) {
-    spool__format_size(free_b, f);
-    spool__format_size(total_b, t);
-  }
-  if (p->cfg.max_size != 0) spool__format_size(p->cfg.max_size, l);
-  spool__fail(SPOOL_ERR_OOM,
-              "%s: out of device memory: asked %s on stream %p, device %d; the pool holds %s in "
-              "use in %" PRIu64 " buffers and %s reserved (limit %s); the device has %s free of %s",
-              ALLOC, spool__format_size(asked, a), (void *)stream, p->device,
-              spool__format_size(in_use, u), buffers, r, l, f, t);
+/* ---- words for a buffer ------------------------------------------------------------------- */
+
+static const char *site_text(const spool__site *s, char *out, size_t len) {
+  if (s->tag) snprintf(out, len, "tag '%s'", s->tag);
+  else if (s->file) snprintf(out, len, "%s:%d", s->file, s->line);
+  else snprintf(out, len, "an unknown site (SPOOL_ALLOC and SPOOL_FREE with track=full record it)");
+  return out;
 }
 
-static spool_status alloc_failed(spool_pool *p, cudaError_t err, size_t size, cudaStream_t stream) {
-  pthread_mutex_lock(&p->lock);
-  p->c.alloc_failures++;
-  if (err == cudaErrorMemoryAllocation) p->c.ooms++;
-  uint64_t in_use = p->c.bytes_in_use, buffers = p->c.buffers_in_use;
-  pthread_mutex_unlock(&p->lock);
-  if (err != cudaErrorMemoryAllocation) {
-    char a[SPOOL__SIZE_TEXT];
-    return spool__fail_cuda(err, "cudaMallocFromPoolAsync", "%s: %s on stream %p, device %d",
-                            ALLOC, spool__format_size(size, a), (void *)stream, p->device);
-  }
-  describe_oom(p, size, stream, in_use, buffers);
-  spool__clear_cuda_error(); /* the failed allocation's error, and any of describe_oom's */
-  return SPOOL_ERR_OOM;
+/* "0x7f00 (1.00 MiB, allocation #5 on stream 0x1, allocated at a.c:10)" */
+static const char *buffer_text(const spool__buffer *b, char *out, size_t len) {
+  char size[SPOOL__SIZE_TEXT], site[320];
+  snprintf(out, len, "%p (%s, allocation #%" PRIu64 " on stream %p, allocated at %s)",
+           (void *)b->ptr, spool__format_size(b->size, size), b->seq, (void *)b->stream,
+           site_text(&b->born, site, sizeof site));
+  return out;
 }
 
 /* ---- counters (under the lock) ---------------------------------------------------------- */
 
-static void count_alloc(spool__counters *c, uint64_t size) {
+static void count_alloc(spool__counters *c, uint64_t size, bool bytes_known) {
   c->allocs++;
   c->bytes_allocated += size;
-  c->bytes_in_use += size;
+  if (bytes_known) c->bytes_in_use += size;
   c->buffers_in_use++;
   if (c->bytes_in_use > c->bytes_in_use_peak) c->bytes_in_use_peak = c->bytes_in_use;
   if (c->buffers_in_use > c->buffers_in_use_peak) c->buffers_in_use_peak = c->buffers_in_use;
@@ -61,67 +45,218 @@ static void count_alloc(spool__counters *c, uint64_t size) {
 static void count_free(spool__counters *c, uint64_t size) {
   c->frees++;
   c->bytes_in_use -= size;
-  c->buffers_in_use--;
+  if (c->buffers_in_use) c->buffers_in_use--; /* track=off cannot tell a foreign pointer */
 }
 
-/* ---- alloc, free, trim -------------------------------------------------------------------- */
+static void count_failure(spool_pool *p, spool_status s) {
+  pthread_mutex_lock(&p->lock);
+  p->c.alloc_failures++;
+  if (s == SPOOL_ERR_OOM) p->c.ooms++;
+  pthread_mutex_unlock(&p->lock);
+}
 
-spool_status spool_alloc(spool_pool *pool, void **ptr, size_t size, cudaStream_t stream) {
+/* ---- alloc ---------------------------------------------------------------------------------- */
+
+static spool_status cuda_alloc(spool_pool *p, void **out, size_t size, cudaStream_t stream) {
+  cudaError_t err = cudaMallocFromPoolAsync(out, size, p->handle, stream);
+  if (err == cudaSuccess) return SPOOL_OK;
+  if (err == cudaErrorMemoryAllocation) {
+    spool__clear_cuda_error();
+    return spool__alloc_after_oom(p, out, size, stream);
+  }
+  char a[SPOOL__SIZE_TEXT];
+  return spool__fail_cuda(err, "cudaMallocFromPoolAsync", "%s: %s on stream %p, device %d", ALLOC,
+                          spool__format_size(size, a), (void *)stream, p->device);
+}
+
+/* Gives back a buffer the caller will never see (a later step failed). */
+static void undo_alloc(void *ptr, cudaStream_t stream, spool_status s) {
+  cudaError_t err = cudaFreeAsync(ptr, stream);
+  if (err != cudaSuccess) spool__also_failed(s, err, "freeing the new buffer");
+}
+
+static spool_status poison(void *ptr, int value, size_t size, cudaStream_t stream, const char *ctx) {
+  cudaError_t err = cudaMemsetAsync(ptr, value, size, stream);
+  if (err != cudaSuccess)
+    return spool__fail_cuda(err, "cudaMemsetAsync", "%s: poisoning %p with 0x%02X", ctx, ptr,
+                            (unsigned)value);
+  return SPOOL_OK;
+}
+
+/* Enters the new buffer in the table (unless track=off) and the counters. */
+static spool_status record_alloc(spool_pool *p, void *ptr, size_t size, cudaStream_t stream,
+                                 const spool__site *site) {
+  spool_status s = SPOOL_OK;
+  spool_track track = p->cfg.track;
+  spool__buffer b = {.ptr = (uintptr_t)ptr, .size = size, .stream = stream};
+  if (track == SPOOL_TRACK_FULL) {
+    b.born = *site;
+    b.born_ns = spool__now_ns();
+  }
+  pthread_mutex_lock(&p->lock);
+  b.seq = ++p->c.next_seq;
+  if (track != SPOOL_TRACK_OFF) {
+    s = spool__table_insert(&p->live, &b);
+    if (s == SPOOL_OK) spool__grave_forget(&p->graves, b.ptr); /* the address is live again */
+  }
+  if (s == SPOOL_OK) count_alloc(&p->c, size, track != SPOOL_TRACK_OFF);
+  pthread_mutex_unlock(&p->lock);
+  return s;
+}
+
+static spool_status alloc_impl(spool_pool *pool, void **ptr, size_t size, cudaStream_t stream,
+                               const spool__site *site) {
   if (ptr) *ptr = NULL;
   if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", ALLOC);
   if (!ptr) return spool__fail(SPOOL_ERR_INVALID, "%s: ptr is NULL", ALLOC);
   if (size == 0) return SPOOL_OK;
 
   void *p = NULL;
-  cudaError_t err = cudaMallocFromPoolAsync(&p, size, pool->handle, stream);
-  if (err != cudaSuccess) return alloc_failed(pool, err, size, stream);
-
-  pthread_mutex_lock(&pool->lock);
-  spool__buffer b = {.ptr = (uintptr_t)p, .size = size, .seq = ++pool->c.next_seq,
-                     .stream = stream};
-  spool_status s = spool__table_insert(&pool->live, &b);
-  if (s == SPOOL_OK) count_alloc(&pool->c, size);
-  else pool->c.alloc_failures++;
-  pthread_mutex_unlock(&pool->lock);
-
-  if (s != SPOOL_OK) {
+  spool_status s = cuda_alloc(pool, &p, size, stream);
+  if (s == SPOOL_OK && pool->cfg.poison) {
+    s = poison(p, POISON_NEW, size, stream, ALLOC);
+    if (s != SPOOL_OK) undo_alloc(p, stream, s);
+  }
+  if (s == SPOOL_OK) {
+    s = record_alloc(pool, p, size, stream, site);
     /* Untracked memory could never be freed through spool: give it back now. */
-    err = cudaFreeAsync(p, stream);
-    if (err != cudaSuccess) spool__also_failed(s, err, "freeing the untracked buffer");
+    if (s != SPOOL_OK) undo_alloc(p, stream, s);
+  }
+  if (s != SPOOL_OK) {
+    count_failure(pool, s);
     return s;
   }
   *ptr = p;
   return SPOOL_OK;
 }
 
-spool_status spool_free(spool_pool *pool, void *ptr, cudaStream_t stream) {
+spool_status spool_alloc(spool_pool *pool, void **ptr, size_t size, cudaStream_t stream) {
+  static const spool__site none = {NULL, NULL, 0};
+  return alloc_impl(pool, ptr, size, stream, &none);
+}
+
+spool_status spool_alloc_at(spool_pool *pool, void **ptr, size_t size, cudaStream_t stream,
+                            const char *file, int line) {
+  spool__site site = {file, NULL, line};
+  return alloc_impl(pool, ptr, size, stream, &site);
+}
+
+spool_status spool_alloc_tagged(spool_pool *pool, void **ptr, size_t size, cudaStream_t stream,
+                                const char *tag) {
+  spool__site site = {NULL, tag, 0};
+  return alloc_impl(pool, ptr, size, stream, &site);
+}
+
+/* ---- a free that must not reach the driver ------------------------------------------------ */
+
+typedef struct bad_free {
+  const spool__buffer *inside; /* own live buffer ptr points into */
+  const spool__buffer *freed;  /* own recent free of ptr */
+  spool__buffer inside_copy, freed_copy;
+} bad_free;
+
+static void look_up_own(spool_pool *p, uintptr_t ptr, bad_free *out) {
+  pthread_mutex_lock(&p->lock);
+  p->c.bad_frees++;
+  const spool__buffer *b = spool__table_containing(&p->live, ptr);
+  if (b) out->inside_copy = *b, out->inside = &out->inside_copy;
+  b = spool__table_find(&p->graves.freed, ptr);
+  if (b) out->freed_copy = *b, out->freed = &out->freed_copy;
+  pthread_mutex_unlock(&p->lock);
+}
+
+static spool_status refuse_free(spool_pool *p, void *ptr, const spool__site *site) {
+  bad_free bf = {0};
+  char buf[512], here[320], gone[320];
+  uintptr_t u = (uintptr_t)ptr;
+  spool__owner owner;
+  look_up_own(p, u, &bf);
+  site_text(site, here, sizeof here);
+  if (bf.inside)
+    return spool__fail(SPOOL_ERR_INTERIOR_POINTER,
+                       "%s: %p points %" PRIuPTR " bytes into buffer %s; free the buffer's start "
+                       "(this free at %s); nothing was freed", FREE, ptr, u - bf.inside->ptr,
+                       buffer_text(bf.inside, buf, sizeof buf), here);
+  if (spool__registry_owner(p, u, &owner))
+    return spool__fail(SPOOL_ERR_WRONG_POOL,
+                       "%s: %p belongs to another pool (%p on device %d): buffer %s; free it "
+                       "through that pool (this free at %s, to pool %p on device %d); nothing "
+                       "was freed", FREE, ptr, owner.pool, owner.device,
+                       buffer_text(&owner.buffer, buf, sizeof buf), here, (void *)p, p->device);
+  if (bf.freed)
+    return spool__fail(SPOOL_ERR_DOUBLE_FREE,
+                       "%s: %p was already freed: buffer %s, freed at %s; this second free at %s; "
+                       "nothing was freed", FREE, ptr, buffer_text(bf.freed, buf, sizeof buf),
+                       site_text(&bf.freed->died, gone, sizeof gone), here);
+  return spool__fail(SPOOL_ERR_UNKNOWN_POINTER,
+                     "%s: %p was never allocated by this pool (%p on device %d), nor by another "
+                     "live spool pool, or was freed too long ago for spool to remember (this "
+                     "free at %s); nothing was freed", FREE, ptr, (void *)p, p->device, here);
+}
+
+/* ---- free ----------------------------------------------------------------------------------- */
+
+/* track=off: no table to check against; the driver judges the pointer. */
+static spool_status free_untracked(spool_pool *p, void *ptr, cudaStream_t stream) {
+  cudaError_t err = cudaFreeAsync(ptr, stream);
+  if (err != cudaSuccess)
+    return spool__fail_cuda(err, "cudaFreeAsync", "%s: %p on stream %p (track=off: spool did "
+                            "not check the pointer)", FREE, ptr, (void *)stream);
+  pthread_mutex_lock(&p->lock);
+  count_free(&p->c, 0);
+  pthread_mutex_unlock(&p->lock);
+  return SPOOL_OK;
+}
+
+static spool_status free_impl(spool_pool *pool, void *ptr, cudaStream_t stream,
+                              const spool__site *site) {
   if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", FREE);
   if (!ptr) return SPOOL_OK;
+  if (pool->cfg.track == SPOOL_TRACK_OFF) return free_untracked(pool, ptr, stream);
 
-  /* The lock is held across cudaFreeAsync: once the driver has the memory back, another thread
+  /* The lock is held across the CUDA calls: once the driver has the memory back, another thread
    * may be handed the same address and must find its slot empty; and if the driver refuses,
    * the record goes back into the slot just vacated, which no other thread can take. */
   spool__buffer b;
   cudaError_t err = cudaSuccess;
+  const char *api = "cudaFreeAsync";
   pthread_mutex_lock(&pool->lock);
   int found = spool__table_remove(&pool->live, (uintptr_t)ptr, &b);
   if (found) {
-    err = cudaFreeAsync(ptr, stream);
-    if (err == cudaSuccess) count_free(&pool->c, b.size);
-    else (void)spool__table_insert(&pool->live, &b); /* cannot fail: the removal left room */
+    if (pool->cfg.poison) {
+      err = cudaMemsetAsync(ptr, POISON_FREED, (size_t)b.size, stream);
+      if (err != cudaSuccess) api = "cudaMemsetAsync (poisoning the freed buffer)";
+    }
+    if (err == cudaSuccess) err = cudaFreeAsync(ptr, stream);
+    if (err == cudaSuccess) {
+      count_free(&pool->c, b.size);
+      if (pool->cfg.track == SPOOL_TRACK_FULL) b.died = *site;
+      spool__grave_bury(&pool->graves, &b);
+    } else {
+      (void)spool__table_insert(&pool->live, &b); /* cannot fail: the removal left room */
+    }
   }
   pthread_mutex_unlock(&pool->lock);
 
-  if (!found)
-    return spool__fail(SPOOL_ERR_UNKNOWN_POINTER,
-                       "%s: %p is not a live buffer of this pool (device %d): it was never "
-                       "allocated here, is already freed, or points inside a buffer; nothing was "
-                       "freed", FREE, ptr, pool->device);
+  if (!found) return refuse_free(pool, ptr, site);
   if (err == cudaSuccess) return SPOOL_OK;
-  char size[SPOOL__SIZE_TEXT];
-  return spool__fail_cuda(err, "cudaFreeAsync", "%s: %p (%s) on stream %p; it stays allocated",
-                          FREE, ptr, spool__format_size(b.size, size), (void *)stream);
+  char text[512];
+  return spool__fail_cuda(err, api, "%s: %s on stream %p; it stays allocated", FREE,
+                          buffer_text(&b, text, sizeof text), (void *)stream);
 }
+
+spool_status spool_free(spool_pool *pool, void *ptr, cudaStream_t stream) {
+  static const spool__site none = {NULL, NULL, 0};
+  return free_impl(pool, ptr, stream, &none);
+}
+
+spool_status spool_free_at(spool_pool *pool, void *ptr, cudaStream_t stream, const char *file,
+                           int line) {
+  spool__site site = {file, NULL, line};
+  return free_impl(pool, ptr, stream, &site);
+}
+
+/* ---- trim ----------------------------------------------------------------------------------- */
 
 spool_status spool_trim(spool_pool *pool, size_t keep_bytes) {
   if (!pool) return spool__fail(SPOOL_ERR_INVALID, "spool_trim: pool is NULL");
@@ -135,89 +270,4 @@ spool_status spool_trim(spool_pool *pool, size_t keep_bytes) {
   pool->c.trims++;
   pthread_mutex_unlock(&pool->lock);
   return SPOOL_OK;
-}
-
-/* ---- leaks at destroy ------------------------------------------------------------------- */
-
-typedef struct leak_list {
-  spool__buffer *items;
-  size_t n;
-} leak_list;
-
-static void collect(const spool__buffer *b, void *arg) {
-  leak_list *l = arg;
-  l->items[l->n++] = *b;
-}
-
-static int by_seq(const void *a, const void *b) {
-  uint64_t x = ((const spool__buffer *)a)->seq, y = ((const spool__buffer *)b)->seq;
-  return (x > y) - (x < y);
-}
-
-static void print_leak(const spool__buffer *b, void *arg) {
-  char size[SPOOL__SIZE_TEXT];
-  (void)arg;
-  fprintf(stderr, "spool:   %p  %10s  stream %p  allocation #%" PRIu64 "\n", (void *)b->ptr,
-          spool__format_size(b->size, size), (void *)b->stream, b->seq);
-}
-
-/* Lists the leaks in allocation order; unsorted when there is no memory to sort them. */
-static void print_leaks(const spool_pool *p) {
-  char size[SPOOL__SIZE_TEXT];
-  size_t n = p->live.count;
-  leak_list l = {.items = malloc(n * sizeof *l.items), .n = 0};
-  fprintf(stderr, "spool: pool on device %d destroyed with %zu live buffer%s, %s in all:\n",
-          p->device, n, n == 1 ? "" : "s", spool__format_size(p->c.bytes_in_use, size));
-  if (!l.items) {
-    spool__table_each(&p->live, print_leak, NULL);
-    return;
-  }
-  spool__table_each(&p->live, collect, &l);
-  qsort(l.items, l.n, sizeof *l.items, by_seq);
-  for (size_t i = 0; i < l.n; i++) print_leak(&l.items[i], NULL);
-  free(l.items);
-}
-
-typedef struct free_pass {
-  cudaError_t err;
-  uintptr_t ptr; /* the first that failed */
-} free_pass;
-
-static void free_one(const spool__buffer *b, void *arg) {
-  free_pass *f = arg;
-  cudaError_t err = cudaFreeAsync((void *)b->ptr, cudaStreamLegacy);
-  if (err != cudaSuccess && f->err == cudaSuccess) {
-    f->err = err;
-    f->ptr = b->ptr;
-  }
-}
-
-/* Frees every leaked buffer. Their streams may already be destroyed, and work queued on them may
- * still use the memory: a device synchronize makes freeing on the legacy stream safe. */
-static spool_status free_all(spool_pool *p) {
-  static const char ctx[] = "spool_pool_destroy: freeing leaked buffers";
-  int saved = 0;
-  spool_status s = spool__device_enter(p->device, &saved, ctx);
-  if (s != SPOOL_OK) return s;
-  cudaError_t err = cudaDeviceSynchronize();
-  if (err != cudaSuccess) {
-    s = spool__fail_cuda(err, "cudaDeviceSynchronize", "%s", ctx);
-  } else {
-    free_pass f = {cudaSuccess, 0};
-    spool__table_each(&p->live, free_one, &f);
-    if (f.err != cudaSuccess)
-      s = spool__fail_cuda(f.err, "cudaFreeAsync", "%s: %p", ctx, (void *)f.ptr);
-  }
-  return spool__device_leave(p->device, saved, s, ctx);
-}
-
-spool_status spool__free_leaks(spool_pool *pool) {
-  size_t n = pool->live.count;
-  if (n == 0) return SPOOL_OK;
-  print_leaks(pool);
-  spool_status s = free_all(pool);
-  if (s != SPOOL_OK) return s;
-  return spool__fail(SPOOL_ERR_LEAKS,
-                     "spool_pool_destroy: %zu buffer%s still allocated on device %d (listed on "
-                     "stderr); freed now", n, n == 1 ? " was" : "s were", pool->device);
 }

@@ -7,7 +7,9 @@
  * Choices made here (the README's config section says the same):
  *  - keys are case-sensitive (they are the struct's field names); values are not: `4gib`, `ON`
  *    and `Own` all read;
- *  - an entry never spans lines: a list's brackets must close on the line that opens them;
+ *  - an entry never spans lines: a list's brackets and a string's double quotes must close on
+ *    the line that opens them; inside quotes, ',', '#' and brackets are plain text, and there are
+ *    no escapes (a string cannot hold '"');
  *  - parsing works on a copy and commits only when the whole text is good, so a half-applied
  *    config never reaches a pool;
  *  - nothing here allocates except spool_config_load's file buffer, and nothing is global but
@@ -101,6 +103,7 @@ struct spool__key {
   const char *name;              /* the text key and the field's name */
   const spool__type *type;
   size_t offset;                 /* of the field in spool_config */
+  size_t size;                   /* of the field: a string's capacity, NUL included */
   const char *const *choices;    /* choice keys: accepted words by value, NULL-terminated */
   const char *help;              /* one line, for people reading this table */
 };
@@ -113,17 +116,26 @@ static const void *spool__cfield(const spool__key *key, const spool_config *cfg)
   return (const char *)cfg + key->offset;
 }
 
-/* An int >= 0 (device ordinals, counts). No sign, no spaces inside: "+1" or "1 2" are typos. */
-static int spool__parse_int(spool__span v, int *out, char *why, size_t why_len) {
-  long long x = 0;
+/* A whole number from 0 to max. No sign, no spaces inside: "+1" or "1 2" are typos. */
+static int spool__parse_count(spool__span v, unsigned long max, unsigned long *out, char *why,
+                              size_t why_len) {
+  unsigned long long x = 0;
   size_t i;
   if (v.n > 0 && v.s[0] == '-') return spool__text_why(why, why_len, "negative");
   for (i = 0; i < v.n; i++) {
     if (v.s[i] < '0' || v.s[i] > '9') return spool__text_why(why, why_len, "not an integer");
-    x = x * 10 + (v.s[i] - '0');
-    if (x > INT_MAX) return spool__text_why(why, why_len, "too large (most is %d)", INT_MAX);
+    x = x * 10 + (unsigned long long)(v.s[i] - '0'); /* x <= max before: cannot overflow */
+    if (x > max) return spool__text_why(why, why_len, "too large (most is %lu)", max);
   }
   if (v.n == 0) return spool__text_why(why, why_len, "empty");
+  *out = (unsigned long)x;
+  return 0;
+}
+
+/* An int >= 0 (device ordinals, list items). */
+static int spool__parse_int(spool__span v, int *out, char *why, size_t why_len) {
+  unsigned long x;
+  if (spool__parse_count(v, INT_MAX, &x, why, why_len) != 0) return -1;
   *out = (int)x;
   return 0;
 }
@@ -140,6 +152,31 @@ static void spool__int_format(const spool__key *key, const spool_config *cfg, sp
   int x;
   memcpy(&x, spool__cfield(key, cfg), sizeof x);
   spool__put(w, "%d", x);
+}
+
+/* oom_retries: each retry runs after the pool gave back what it could (a trim, a synchronize
+ * where one is needed), so it costs milliseconds and only succeeds if other work frees memory
+ * meanwhile. A handful is the useful range; 100 (well under a second of retrying) leaves room
+ * for any patient policy, while a slip such as 100000 would turn an out-of-memory error into a
+ * hang of minutes. spool_config_validate applies the same bound to a struct filled in code. */
+#define SPOOL__OOM_RETRIES_MAX 100
+#define SPOOL__STR2(x) #x
+#define SPOOL__STR(x) SPOOL__STR2(x)
+
+static int spool__retries_parse(const spool__key *key, spool__span v, spool_config *cfg,
+                                char *why, size_t why_len) {
+  unsigned long x;
+  unsigned u;
+  if (spool__parse_count(v, SPOOL__OOM_RETRIES_MAX, &x, why, why_len) != 0) return -1;
+  u = (unsigned)x;
+  memcpy(spool__field(key, cfg), &u, sizeof u);
+  return 0;
+}
+
+static void spool__uint_format(const spool__key *key, const spool_config *cfg, spool__writer *w) {
+  unsigned x;
+  memcpy(&x, spool__cfield(key, cfg), sizeof x);
+  spool__put(w, "%u", x);
 }
 
 static int spool__size_parse(const spool__key *key, spool__span v, spool_config *cfg, char *why,
@@ -181,8 +218,58 @@ static void spool__bool_format(const spool__key *key, const spool_config *cfg, s
   spool__put(w, "%s", x ? "on" : "off");
 }
 
+/* A string (a path): bare, or in double quotes to keep ',', '#', brackets and edge spaces.
+ * Quotes have no escapes, so a string cannot hold '"'; "" is the empty string (a bare empty
+ * value is an error, as for every key). The field is a char array of key->size bytes. */
+static int spool__string_parse(const spool__key *key, spool__span v, spool_config *cfg, char *why,
+                               size_t why_len) {
+  char *field = spool__field(key, cfg);
+  spool__span s = v;
+  if (v.s[0] == '"') {
+    const char *close = memchr(v.s + 1, '"', v.n - 1);
+    if (close == NULL) return spool__text_why(why, why_len, "no closing '\"'");
+    if (close != v.s + v.n - 1)
+      return spool__text_why(why, why_len, "text after the closing '\"'");
+    s = spool__span_of(v.s + 1, close);
+  } else {
+    size_t i;
+    int depth = 0;
+    if (memchr(v.s, '"', v.n) != NULL)
+      return spool__text_why(why, why_len, "'\"' may only enclose the whole value");
+    /* The entry splitter took commas after an unclosed '[' as part of this value: refuse it
+     * rather than swallow the entries that followed. */
+    for (i = 0; i < v.n; i++) {
+      if (v.s[i] == '[')
+        depth++;
+      else if (v.s[i] == ']' && depth > 0)
+        depth--;
+    }
+    if (depth > 0)
+      return spool__text_why(why, why_len, "unclosed '[': put a path with one in double quotes");
+  }
+  if (s.n >= key->size)
+    return spool__text_why(why, why_len, "%zu bytes long, most is %zu", s.n, key->size - 1);
+  memset(field, 0, key->size);
+  memcpy(field, s.s, s.n);
+  return 0;
+}
+
+/* Bare when it reads back as is; quoted when empty, with edge spaces, ',', '#' or brackets. A
+ * string that holds '"' or a line break cannot be written (validate rejects it); the field is
+ * read no further than its size, terminated or not. */
+static void spool__string_format(const spool__key *key, const spool_config *cfg,
+                                 spool__writer *w) {
+  const char *s = spool__cfield(key, cfg);
+  size_t n = strnlen(s, key->size), i;
+  int quote = n == 0 || spool__text_is_space(s[0]) || spool__text_is_space(s[n - 1]);
+  for (i = 0; i < n && !quote; i++)
+    quote = s[i] == ',' || s[i] == '#' || s[i] == '[' || s[i] == ']';
+  spool__put(w, quote ? "\"%.*s\"" : "%.*s", (int)n, s);
+}
+
 /* A choice is stored as its index in key->choices, in an enum field. */
 _Static_assert(sizeof(spool_pool_source) == sizeof(int), "choice fields are int-sized enums");
+_Static_assert(sizeof(spool_track) == sizeof(int), "choice fields are int-sized enums");
 
 static int spool__choice_parse(const spool__key *key, spool__span v, spool_config *cfg, char *why,
                                size_t why_len) {
@@ -278,12 +365,20 @@ static const spool__type spool__type_bool = {"on, off, true, false, 1 or 0", spo
 static const spool__type spool__type_choice = {NULL, spool__choice_parse, spool__choice_format};
 static const spool__type spool__type_peers = {"a list of device ordinals such as [1,2], [] or 1",
                                               spool__peers_parse, spool__peers_format};
+static const spool__type spool__type_retries = {
+    "an integer from 0 to " SPOOL__STR(SPOOL__OOM_RETRIES_MAX), spool__retries_parse,
+    spool__uint_format};
+static const spool__type spool__type_path = {
+    "a file path or \"\" (in double quotes if it has ',' or '#')",
+    spool__string_parse, spool__string_format};
 
 /* ---- the keys ------------------------------------------------------------------------------- */
 
 static const char *const spool__pool_choices[] = {"own", "default", NULL}; /* by enum value */
+static const char *const spool__track_choices[] = {"off", "counts", "full", NULL};
 
-#define SPOOL__AT(field) offsetof(spool_config, field)
+/* offset and size of a field: two initializers of a row */
+#define SPOOL__AT(field) offsetof(spool_config, field), sizeof(((spool_config *)0)->field)
 static const spool__key spool__keys[] = {
     {"device", &spool__type_int, SPOOL__AT(device), NULL, "CUDA device ordinal of the pool"},
     {"release_threshold", &spool__type_size, SPOOL__AT(release_threshold), NULL,
@@ -302,6 +397,14 @@ static const spool__key spool__keys[] = {
      "devices given read-write access to the pool's memory"},
     {"pool", &spool__type_choice, SPOOL__AT(pool), spool__pool_choices,
      "own: a new cudaMemPool; default: the device's default pool"},
+    {"track", &spool__type_choice, SPOOL__AT(track), spool__track_choices,
+     "what the pool knows of live buffers: counts only, a table, or call sites too"},
+    {"report", &spool__type_path, SPOOL__AT(report), NULL,
+     "file the leak report is appended to; \"\": SPOOL_REPORT, else stderr"},
+    {"oom_retries", &spool__type_retries, SPOOL__AT(oom_retries), NULL,
+     "retries of an allocation that ran out of memory, after the pool gave back what it could"},
+    {"poison", &spool__type_bool, SPOOL__AT(poison), NULL,
+     "fill new buffers with 0xA5 and freed ones with 0xDD"},
 };
 #undef SPOOL__AT
 #define SPOOL__NKEYS (sizeof spool__keys / sizeof spool__keys[0])
@@ -447,18 +550,22 @@ static spool_status spool__apply(spool__parser *p, spool__span entry) {
   return SPOOL_OK;
 }
 
-/* One line: the part before '#', split at commas outside brackets. */
+/* One line: the part before a '#' outside double quotes, split at commas outside brackets and
+ * quotes. An unclosed quote or bracket runs to the end of the line (the type says what is
+ * wrong), never into the next one. */
 static spool_status spool__parse_line(spool__parser *p, const char *line, const char *end) {
-  const char *hash = memchr(line, '#', (size_t)(end - line));
   const char *c, *entry = line;
-  int depth = 0;
+  int depth = 0, quoted = 0;
   spool_status st;
-  if (hash != NULL) end = hash;
   for (c = line;; c++) {
-    if (c == end || (*c == ',' && depth == 0)) {
+    if (c == end || (!quoted && (*c == '#' || (*c == ',' && depth == 0)))) {
       if ((st = spool__apply(p, spool__span_of(entry, c))) != SPOOL_OK) return st;
-      if (c == end) return SPOOL_OK;
+      if (c == end || *c == '#') return SPOOL_OK;
       entry = c + 1;
+    } else if (*c == '"') {
+      quoted = !quoted;
+    } else if (quoted) {
+      continue;
     } else if (*c == '[') {
       depth++;
     } else if (*c == ']' && depth > 0) {
@@ -503,6 +610,10 @@ void spool_config_init(spool_config *cfg) {
   cfg->reuse_allow_internal_dependencies = true;
   cfg->peer_access_count = 0;
   cfg->pool = SPOOL_POOL_OWN;
+  cfg->track = SPOOL_TRACK_COUNTS; /* cheapest level that catches double frees and strays */
+  cfg->report[0] = '\0';          /* SPOOL_REPORT, else stderr */
+  cfg->oom_retries = 2;
+  cfg->poison = false;
 }
 
 spool_status spool_config_parse(spool_config *cfg, const char *text) {
@@ -658,6 +769,23 @@ static spool_status spool__validate_peers(const spool_config *cfg) {
   return SPOOL_OK;
 }
 
+/* The path must end within its array, and be writable as config text (format's promise). */
+static spool_status spool__validate_report(const spool_config *cfg) {
+  size_t n = strnlen(cfg->report, sizeof cfg->report), i;
+  if (n == sizeof cfg->report)
+    return spool__fail(SPOOL_ERR_CONFIG,
+                       "config: report has no terminating NUL within its %d bytes",
+                       SPOOL_REPORT_PATH_MAX);
+  for (i = 0; i < n; i++) {
+    if (cfg->report[i] == '"' || cfg->report[i] == '\n')
+      return spool__fail(SPOOL_ERR_CONFIG,
+                         "config: report holds %s at byte %zu (a report path cannot hold '\"' "
+                         "or a line break: config text could not give it)",
+                         cfg->report[i] == '"' ? "'\"'" : "a line break", i);
+  }
+  return SPOOL_OK;
+}
+
 spool_status spool_config_validate(const spool_config *cfg) {
   spool_status st;
   if (cfg == NULL) return spool__fail(SPOOL_ERR_INVALID, "spool_config_validate: cfg is NULL");
@@ -669,6 +797,14 @@ spool_status spool_config_validate(const spool_config *cfg) {
   if (cfg->pool != SPOOL_POOL_OWN && cfg->pool != SPOOL_POOL_DEFAULT)
     return spool__fail(SPOOL_ERR_CONFIG, "config: pool is %d (expected SPOOL_POOL_OWN or "
                        "SPOOL_POOL_DEFAULT)", (int)cfg->pool);
+  if (cfg->track != SPOOL_TRACK_OFF && cfg->track != SPOOL_TRACK_COUNTS &&
+      cfg->track != SPOOL_TRACK_FULL)
+    return spool__fail(SPOOL_ERR_CONFIG, "config: track is %d (expected SPOOL_TRACK_OFF, "
+                       "SPOOL_TRACK_COUNTS or SPOOL_TRACK_FULL)", (int)cfg->track);
+  if (cfg->oom_retries > SPOOL__OOM_RETRIES_MAX)
+    return spool__fail(SPOOL_ERR_CONFIG, "config: oom_retries is %u (expected 0 to %d)",
+                       cfg->oom_retries, SPOOL__OOM_RETRIES_MAX);
+  if ((st = spool__validate_report(cfg)) != SPOOL_OK) return st;
   /* max_size has no lower bound here: CUDA rounds it to its granularity, and any floor spool
    * picked would be a guess. Whether CUDA can honour it is spool_pool_create's question. */
   return SPOOL_OK;

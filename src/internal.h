@@ -64,13 +64,24 @@ const char *spool__format_size(uint64_t bytes, char out[SPOOL__SIZE_TEXT]);
  * why[0..why_len) ("unknown unit 'Gx'", "too large", "not a whole number of bytes"). */
 int spool__parse_size(const char *text, size_t len, uint64_t *out, char *why, size_t why_len);
 
-/* ---- track.c: live buffers of one pool ---------------------------------------------------- */
+/* ---- track.c: what the pool knows of its buffers ------------------------------------------- */
+
+/* Where a buffer was allocated or freed: a file and line (SPOOL_ALLOC, SPOOL_FREE) or a tag
+ * (spool_alloc_tagged); all NULL/0 when unknown. The strings are the caller's, kept by pointer. */
+typedef struct spool__site {
+  const char *file;
+  const char *tag;
+  int line;
+} spool__site;
 
 typedef struct spool__buffer {
   uintptr_t ptr;        /* 0 marks an empty slot */
   uint64_t size;        /* bytes asked for */
   uint64_t seq;         /* allocation number, from 1 */
   cudaStream_t stream;  /* stream it was allocated on */
+  spool__site born;     /* where it was allocated (track=full) */
+  spool__site died;     /* where it was freed (graveyard records, track=full) */
+  uint64_t born_ns;     /* CLOCK_MONOTONIC at allocation (track=full), for the age */
 } spool__buffer;
 
 /* Open addressing, linear probing, backward-shift deletion: no tombstones, no allocation once
@@ -81,13 +92,53 @@ typedef struct spool__table {
   size_t count;
 } spool__table;
 
-/* Adds b (b->ptr must not be live). Returns SPOOL_OK or SPOOL_ERR_HOST_OOM (table unchanged). */
+/* Adds b (b->ptr must not be in t). Returns SPOOL_OK or SPOOL_ERR_HOST_OOM (t unchanged). */
 spool_status spool__table_insert(spool__table *t, const spool__buffer *b);
-/* Removes ptr and copies its record to *out. Returns 1 when found, 0 when not. */
+/* Removes ptr and copies its record to *out (out may be NULL). Returns 1 when found, else 0. */
 int spool__table_remove(spool__table *t, uintptr_t ptr, spool__buffer *out);
-/* Calls fn for every live buffer, in no particular order. */
+/* The record of ptr, or NULL. Valid until the next change of t. */
+const spool__buffer *spool__table_find(const spool__table *t, uintptr_t ptr);
+/* The live buffer that ptr points inside of (not at its start), or NULL. A scan: error paths only. */
+const spool__buffer *spool__table_containing(const spool__table *t, uintptr_t ptr);
+/* Calls fn for every record, in no particular order. */
 void spool__table_each(const spool__table *t, void (*fn)(const spool__buffer *, void *), void *arg);
 void spool__table_free(spool__table *t);
+
+/* Recent frees, so that a second free of the same pointer is told from a pointer never seen:
+ * the last SPOOL__GRAVE_CAP frees, forgotten in the order they happened, and at once when the
+ * address is handed out again. Guarded by the pool's lock. */
+#define SPOOL__GRAVE_CAP 4096
+typedef struct spool__graveyard {
+  spool__table freed;
+  uintptr_t *ring;  /* the freed pointers, oldest at head */
+  uint64_t *seqs;   /* their allocation numbers, to skip records already replaced */
+  size_t head, count;
+} spool__graveyard;
+
+/* Remembers b as freed. Best effort: without host memory the free is simply not remembered. */
+void spool__grave_bury(spool__graveyard *g, const spool__buffer *b);
+/* Forgets ptr (its address was handed out again). */
+void spool__grave_forget(spool__graveyard *g, uintptr_t ptr);
+void spool__grave_free(spool__graveyard *g);
+
+/* Every live pool, so that a free given to the wrong pool can name the right one. */
+void spool__registry_add(spool_pool *pool);
+void spool__registry_remove(spool_pool *pool);
+/* The pool a pointer belongs to, as it was when asked: the pool's address is for messages
+ * only (it may be destroyed by the time it is read). */
+typedef struct spool__owner {
+  const void *pool;
+  int device;
+  spool__buffer buffer;
+} spool__owner;
+
+/* Looks for ptr (at the start of or inside a live buffer) in every pool but self. Returns 1 and
+ * fills *out when found, else 0. Takes the registry lock and each pool's lock in turn: the
+ * caller must hold no pool lock. */
+int spool__registry_owner(const spool_pool *self, uintptr_t ptr, spool__owner *out);
+/* Trims every registered pool on self's device but self to what it uses (out-of-memory path).
+ * Takes the registry lock only; CUDA's pool calls are thread safe. */
+void spool__registry_trim_device(const spool_pool *self);
 
 /* ---- the pool ----------------------------------------------------------------------------- */
 
@@ -96,6 +147,7 @@ typedef struct spool__counters {
   uint64_t buffers_in_use, buffers_in_use_peak;
   uint64_t allocs, frees, bytes_allocated;
   uint64_t alloc_failures, ooms, trims;
+  uint64_t oom_retries, oom_recoveries, oom_handler_calls, bad_frees;
   uint64_t next_seq;
 } spool__counters;
 
@@ -104,9 +156,13 @@ struct spool_pool {
   int device;
   bool owned;            /* created by spool: destroyed by spool */
   spool_config cfg;
-  pthread_mutex_t lock;  /* guards live and counters */
+  pthread_mutex_t lock;  /* guards live, graves, counters and the oom handler */
   spool__table live;
+  spool__graveyard graves;
   spool__counters c;
+  spool_oom_fn oom_fn;
+  void *oom_user;
+  spool_pool *registry_next; /* guarded by the registry's lock */
 };
 
 /* ---- device.c: device selection and memory ------------------------------------------------ */
@@ -125,10 +181,28 @@ spool_status spool__device_leave(int device, int saved, spool_status s, const ch
 /* cudaMemGetInfo for device, keeping the calling thread's current device. */
 spool_status spool__device_meminfo(int device, size_t *free_bytes, size_t *total_bytes);
 
-/* ---- alloc.c ------------------------------------------------------------------------------ */
+/* ---- oom.c: what an allocation does when the device is out of memory ------------------------ */
 
-/* Frees every live buffer after a device synchronize and lists each on stderr. Returns
- * SPOOL_OK when there were none, SPOOL_ERR_LEAKS, or SPOOL_ERR_CUDA. Used by destroy. */
+/* Called after cudaMallocFromPoolAsync failed with cudaErrorMemoryAllocation: gives back what
+ * the pools can, retries (cfg.oom_retries), then asks the handler. Returns SPOOL_OK with *out
+ * set, or the failure with its message (SPOOL_ERR_OOM with the numbers). Takes no lock while
+ * calling CUDA or the handler. */
+spool_status spool__alloc_after_oom(spool_pool *pool, void **out, size_t size,
+                                    cudaStream_t stream);
+
+/* ---- leaks.c: the leak report ------------------------------------------------------------- */
+
+/* Writes the leak report of pool to out (the pool's lock must not be held). */
+spool_status spool__leak_report(spool_pool *pool, FILE *out, const char *context);
+
+/* At destroy: writes the report (report= file, SPOOL_REPORT, or stderr), then frees every live
+ * buffer after a device synchronize. Returns SPOOL_OK when there were none, SPOOL_ERR_LEAKS, or
+ * SPOOL_ERR_CUDA. */
 spool_status spool__free_leaks(spool_pool *pool);
+
+/* ---- time --------------------------------------------------------------------------------- */
+
+/* CLOCK_MONOTONIC in nanoseconds (track=full: buffer ages). */
+uint64_t spool__now_ns(void);
 
 #endif /* SPOOL_INTERNAL_H */

@@ -256,6 +256,7 @@ static spool_pool *pool_new(const spool_config *cfg, cudaMemPool_t handle, bool 
 
 static void pool_free(spool_pool *p) {
   spool__table_free(&p->live);
+  spool__grave_free(&p->graves);
   pthread_mutex_destroy(&p->lock);
   free(p);
 }
@@ -336,8 +337,10 @@ static spool_status open_pool(spool_pool **pool, const spool_config *cfg, cudaMe
     return s;
   }
   s = configure(p, ctx);
-  if (s == SPOOL_OK) *pool = p;
-  return s;
+  if (s != SPOOL_OK) return s;
+  spool__registry_add(p);
+  *pool = p;
+  return SPOOL_OK;
 }
 
 spool_status spool_pool_create(spool_pool **pool, const spool_config *cfg) {
@@ -361,6 +364,7 @@ spool_status spool_pool_adopt(spool_pool **pool, cudaMemPool_t handle, const spo
 
 spool_status spool_pool_destroy(spool_pool *pool) {
   if (!pool) return SPOOL_OK;
+  spool__registry_remove(pool);
   spool_status s = spool__free_leaks(pool);
   if (pool->owned) {
     cudaError_t err = cudaMemPoolDestroy(pool->handle);

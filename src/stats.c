@@ -2,6 +2,7 @@
 #include "internal.h"
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <string.h>
 
 typedef struct pool_attrs {
@@ -38,6 +39,10 @@ static void fill(spool_stats *out, const spool__counters *c, const pool_attrs *a
   out->alloc_failures = c->alloc_failures;
   out->ooms = c->ooms;
   out->trims = c->trims;
+  out->oom_retries = c->oom_retries;
+  out->oom_recoveries = c->oom_recoveries;
+  out->oom_handler_calls = c->oom_handler_calls;
+  out->bad_frees = c->bad_frees;
 }
 
 static spool_status snapshot(spool_pool *p, spool_stats *out, const char *ctx) {
@@ -92,6 +97,10 @@ static void report_config(const spool_pool *p, FILE *out) {
           c->reuse_follow_event_dependencies ? "on" : "off",
           c->reuse_allow_opportunistic ? "on" : "off",
           c->reuse_allow_internal_dependencies ? "on" : "off");
+  static const char *const tracks[] = {"off", "counts", "full"};
+  fprintf(out, "             track=%s poison=%s oom_retries=%u\n",
+          (unsigned)c->track < 3 ? tracks[c->track] : "?", c->poison ? "on" : "off",
+          c->oom_retries);
   fprintf(out, "             peer_access=[");
   for (int i = 0; i < c->peer_access_count; i++) fprintf(out, "%s%d", i ? "," : "", c->peer_access[i]);
   fprintf(out, "]\n");
@@ -110,6 +119,9 @@ static void report_stats(const spool_stats *st, FILE *out) {
                " trims\n",
           st->allocs, spool__format_size(st->bytes_allocated, a), st->frees, st->alloc_failures,
           st->ooms, st->trims);
+  fprintf(out, "  safety:    %" PRIu64 " out-of-memory retries (%" PRIu64 " recovered), %" PRIu64
+               " handler calls, %" PRIu64 " frees refused\n",
+          st->oom_retries, st->oom_recoveries, st->oom_handler_calls, st->bad_frees);
 }
 
 static void report_device(const spool_pool *p, FILE *out) {
@@ -148,4 +160,70 @@ spool_status spool_report(spool_pool *pool, FILE *out) {
   if (fflush(out) != 0 || ferror(out))
     return spool__fail(SPOOL_ERR_IO, "%s: writing the report failed", ctx);
   return SPOOL_OK;
+}
+
+/* ---- JSON ------------------------------------------------------------------------------------ */
+
+/* Every uint64_t field of spool_stats, by name: the JSON keys are the field names. */
+#define SPOOL__STAT(name) {#name, offsetof(spool_stats, name)}
+static const struct {
+  const char *name;
+  size_t offset;
+} stat_fields[] = {
+    SPOOL__STAT(bytes_in_use),   SPOOL__STAT(bytes_in_use_peak), SPOOL__STAT(buffers_in_use),
+    SPOOL__STAT(buffers_in_use_peak), SPOOL__STAT(bytes_reserved), SPOOL__STAT(bytes_reserved_peak),
+    SPOOL__STAT(allocs),         SPOOL__STAT(frees),             SPOOL__STAT(bytes_used),
+    SPOOL__STAT(bytes_used_peak), SPOOL__STAT(bytes_allocated),  SPOOL__STAT(alloc_failures),
+    SPOOL__STAT(ooms),           SPOOL__STAT(trims),             SPOOL__STAT(oom_retries),
+    SPOOL__STAT(oom_recoveries), SPOOL__STAT(oom_handler_calls), SPOOL__STAT(bad_frees),
+};
+#undef SPOOL__STAT
+
+/* Appends to buf while counting what the whole text needs, so one pass both measures and
+ * writes. */
+typedef struct json_out {
+  char *buf;
+  size_t len, used;
+} json_out;
+
+static void put(json_out *j, const char *fmt, ...) SPOOL__PRINTF(2, 3);
+static void put(json_out *j, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(j->used < j->len ? j->buf + j->used : NULL,
+                    j->used < j->len ? j->len - j->used : 0, fmt, ap);
+  va_end(ap);
+  if (n > 0) j->used += (size_t)n;
+}
+
+static void write_json(json_out *j, const spool_stats *st, int device, bool have_mem,
+                       size_t free_b, size_t total_b) {
+  put(j, "{\"device\":%d", device);
+  for (size_t i = 0; i < sizeof stat_fields / sizeof stat_fields[0]; i++) {
+    uint64_t v;
+    memcpy(&v, (const char *)st + stat_fields[i].offset, sizeof v);
+    put(j, ",\"%s\":%" PRIu64, stat_fields[i].name, v);
+  }
+  if (have_mem) put(j, ",\"device_free\":%zu,\"device_total\":%zu}", free_b, total_b);
+  else put(j, ",\"device_free\":null,\"device_total\":null}");
+}
+
+spool_status spool_stats_json(spool_pool *pool, char *buf, size_t len) {
+  static const char ctx[] = "spool_stats_json";
+  if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", ctx);
+  if (!buf) return spool__fail(SPOOL_ERR_INVALID, "%s: buf is NULL", ctx);
+  spool_stats st;
+  spool_status s = snapshot(pool, &st, ctx);
+  if (s != SPOOL_OK) return s;
+  size_t free_b = 0, total_b = 0;
+  char kept[SPOOL__MESSAGE];
+  spool__save_error(kept);
+  bool have_mem = spool__device_meminfo(pool->device, &free_b, &total_b) == SPOOL_OK;
+  spool__restore_error(kept); /* unavailable figures are written as null, not a failure */
+  json_out j = {buf, len, 0};
+  write_json(&j, &st, pool->device, have_mem, free_b, total_b);
+  if (j.used < len) return SPOOL_OK;
+  if (len) buf[0] = '\0';
+  return spool__fail(SPOOL_ERR_INVALID, "%s: buf holds %zu bytes; the JSON needs %zu (NUL "
+                     "included)", ctx, len, j.used + 1);
 }

@@ -1,12 +1,17 @@
-/* The live-buffer table: pointer -> what the library knows of the buffer.
+/* What a pool knows of its buffers: the live-buffer table (pointer -> record), the graveyard of
+ * recent frees (to tell a double free from a foreign pointer), and the registry of live pools
+ * (to tell which pool a wrongly freed pointer belongs to).
  *
- * Open addressing with linear probing and backward-shift deletion: no tombstones to clean up,
- * and once the table has grown to the working set, insert and remove never touch the heap.
- * The pool's lock guards every call. */
+ * The table uses open addressing with linear probing and backward-shift deletion: no tombstones
+ * to clean up, and once it has grown to the working set, insert and remove never touch the heap.
+ * The pool's lock guards the table and the graveyard; the registry has its own lock. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+
 #include "internal.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static size_t slot_of(const spool__table *t, uintptr_t ptr) {
   /* Pool pointers are 256-aligned: drop the zero bits, then Fibonacci hashing spreads them. */
@@ -44,7 +49,7 @@ spool_status spool__table_insert(spool__table *t, const spool__buffer *b) {
   return SPOOL_OK;
 }
 
-static size_t find(const spool__table *t, uintptr_t ptr) {
+static size_t find_slot(const spool__table *t, uintptr_t ptr) {
   if (t->cap == 0) return SIZE_MAX;
   for (size_t i = slot_of(t, ptr);; i = (i + 1) & (t->cap - 1)) {
     if (t->slots[i].ptr == ptr) return i;
@@ -68,7 +73,7 @@ static void close_hole(spool__table *t, size_t i) {
 }
 
 int spool__table_remove(spool__table *t, uintptr_t ptr, spool__buffer *out) {
-  size_t i = find(t, ptr);
+  size_t i = find_slot(t, ptr);
   if (i == SIZE_MAX) return 0;
   if (out) *out = t->slots[i];
   close_hole(t, i);
@@ -84,4 +89,117 @@ void spool__table_each(const spool__table *t, void (*fn)(const spool__buffer *, 
 void spool__table_free(spool__table *t) {
   free(t->slots);
   memset(t, 0, sizeof *t);
+}
+
+const spool__buffer *spool__table_find(const spool__table *t, uintptr_t ptr) {
+  size_t i = find_slot(t, ptr);
+  return i == SIZE_MAX ? NULL : &t->slots[i];
+}
+
+const spool__buffer *spool__table_containing(const spool__table *t, uintptr_t ptr) {
+  for (size_t i = 0; i < t->cap; i++) {
+    const spool__buffer *b = &t->slots[i];
+    if (b->ptr != 0 && b->ptr < ptr && ptr - b->ptr < b->size) return b;
+  }
+  return NULL;
+}
+
+/* ---- graveyard ------------------------------------------------------------------------------ */
+
+static void grave_evict_oldest(spool__graveyard *g) {
+  uintptr_t ptr = g->ring[g->head];
+  const spool__buffer *b = spool__table_find(&g->freed, ptr);
+  /* The record may already be gone (address reused) or be a newer free of the same address. */
+  if (b && b->seq == g->seqs[g->head]) spool__table_remove(&g->freed, ptr, NULL);
+  g->head = (g->head + 1) % SPOOL__GRAVE_CAP;
+  g->count--;
+}
+
+void spool__grave_bury(spool__graveyard *g, const spool__buffer *b) {
+  if (!g->ring) {
+    g->ring = calloc(SPOOL__GRAVE_CAP, sizeof *g->ring);
+    g->seqs = calloc(SPOOL__GRAVE_CAP, sizeof *g->seqs);
+    if (!g->ring || !g->seqs) {
+      spool__grave_free(g);
+      return;
+    }
+  }
+  if (g->count == SPOOL__GRAVE_CAP) grave_evict_oldest(g);
+  spool__table_remove(&g->freed, b->ptr, NULL); /* an older free of the same address */
+  if (spool__table_insert(&g->freed, b) != SPOOL_OK) return;
+  size_t tail = (g->head + g->count) % SPOOL__GRAVE_CAP;
+  g->ring[tail] = b->ptr;
+  g->seqs[tail] = b->seq;
+  g->count++;
+}
+
+void spool__grave_forget(spool__graveyard *g, uintptr_t ptr) {
+  /* The ring keeps the stale entry; its eviction finds no matching record and moves on. */
+  if (g->freed.count) spool__table_remove(&g->freed, ptr, NULL);
+}
+
+void spool__grave_free(spool__graveyard *g) {
+  spool__table_free(&g->freed);
+  free(g->ring);
+  free(g->seqs);
+  memset(g, 0, sizeof *g);
+}
+
+/* ---- registry of live pools -------------------------------------------------------------- */
+
+/* The one piece of process-wide state: a list of pools, only read on error paths. */
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static spool_pool *registry_head;
+
+void spool__registry_add(spool_pool *pool) {
+  pthread_mutex_lock(&registry_lock);
+  pool->registry_next = registry_head;
+  registry_head = pool;
+  pthread_mutex_unlock(&registry_lock);
+}
+
+void spool__registry_remove(spool_pool *pool) {
+  pthread_mutex_lock(&registry_lock);
+  for (spool_pool **at = &registry_head; *at; at = &(*at)->registry_next) {
+    if (*at == pool) {
+      *at = pool->registry_next;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&registry_lock);
+}
+
+int spool__registry_owner(const spool_pool *self, uintptr_t ptr, spool__owner *out) {
+  int found = 0;
+  pthread_mutex_lock(&registry_lock);
+  for (spool_pool *p = registry_head; p && !found; p = p->registry_next) {
+    if (p == self) continue;
+    pthread_mutex_lock(&p->lock);
+    const spool__buffer *b = spool__table_find(&p->live, ptr);
+    if (!b) b = spool__table_containing(&p->live, ptr);
+    if (b) {
+      out->buffer = *b;
+      out->pool = p;
+      out->device = p->device;
+      found = 1;
+    }
+    pthread_mutex_unlock(&p->lock);
+  }
+  pthread_mutex_unlock(&registry_lock);
+  return found;
+}
+
+void spool__registry_trim_device(const spool_pool *self) {
+  pthread_mutex_lock(&registry_lock);
+  for (spool_pool *p = registry_head; p; p = p->registry_next) {
+    if (p == self || p->device != self->device) continue;
+    if (cudaMemPoolTrimTo(p->handle, 0) != cudaSuccess) spool__clear_cuda_error();
+  }
+  pthread_mutex_unlock(&registry_lock);
+}
+
+uint64_t spool__now_ns(void) {
+  struct timespec ts;
+  if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return 0;
+  return (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;
 }

@@ -13,6 +13,15 @@ static spool_pool *default_pool(void) {
   return test_pool_create(&cfg);
 }
 
+#ifdef SPOOL_TEST_SIM
+/* One injected out-of-memory error is the whole story: no retries (check_oom tests those). */
+static spool_pool *no_retry_pool(void) {
+  spool_config cfg = test_config();
+  cfg.oom_retries = 0;
+  return test_pool_create(&cfg);
+}
+#endif
+
 /* Fills the buffer with byte on s, then reads back its first and last few KiB: the memory is
  * real, writable device memory of at least size bytes. */
 static void check_usable(void *ptr, size_t size, unsigned char byte, cudaStream_t s) {
@@ -156,18 +165,19 @@ START_TEST(alloc_free_null_arguments) {
 }
 END_TEST
 
-/* The pointer is not a live buffer of p: nothing reaches the driver, nothing changes. */
-static void expect_unknown(spool_pool *p, void *ptr, cudaStream_t s, bool double_free) {
+/* The pointer is not a live buffer of p: the free is refused with want, nothing reaches the
+ * driver, nothing but the refusal count changes. */
+static void expect_refused(spool_pool *p, void *ptr, cudaStream_t s, spool_status want) {
   spool_stats before = test_stats(p);
 #ifdef SPOOL_TEST_SIM
   long frees = cudasim_calls("cudaFreeAsync");
 #endif
   spool_status got = spool_free(p, ptr, s);
-  /* The header documents SPOOL_ERR_UNKNOWN_POINTER; a library that tells a double free apart
-   * may say SPOOL_ERR_DOUBLE_FREE. */
-  ck_assert_msg(got == SPOOL_ERR_UNKNOWN_POINTER || (double_free && got == SPOOL_ERR_DOUBLE_FREE),
-                "spool_free(%p) returned %s: %s", ptr, spool_status_name(got), spool_last_error());
+  ck_assert_msg(got == want, "spool_free(%p) returned %s, expected %s: %s", ptr,
+                spool_status_name(got), spool_status_name(want), spool_last_error());
   ck_assert_msg(spool_last_error()[0] != '\0', "no message");
+  ck_assert_msg(strstr(spool_last_error(), "nothing was freed") != NULL, "message: %s",
+                spool_last_error());
 #ifdef SPOOL_TEST_SIM
   ck_assert_int_eq(cudasim_calls("cudaFreeAsync"), frees);
 #endif
@@ -175,6 +185,7 @@ static void expect_unknown(spool_pool *p, void *ptr, cudaStream_t s, bool double
   ck_assert_uint_eq(after.buffers_in_use, before.buffers_in_use);
   ck_assert_uint_eq(after.bytes_in_use, before.bytes_in_use);
   ck_assert_uint_eq(after.frees, before.frees);
+  ck_assert_uint_eq(after.bad_frees, before.bad_frees + 1);
 }
 
 START_TEST(free_unknown_pointer) {
@@ -185,16 +196,18 @@ START_TEST(free_unknown_pointer) {
   int on_stack = 0;
   void *on_heap = malloc(64);
   ck_assert_ptr_nonnull(on_heap);
-  expect_unknown(p, &on_stack, s, false);
-  expect_unknown(p, on_heap, s, false);
-  expect_unknown(p, (char *)a + 1, s, false);   /* inside a live buffer */
-  expect_unknown(p, (char *)a + 256, s, false); /* aligned, still inside */
-  expect_unknown(p, (void *)(uintptr_t)0x1000, s, false);
+  expect_refused(p, &on_stack, s, SPOOL_ERR_UNKNOWN_POINTER);
+  expect_refused(p, on_heap, s, SPOOL_ERR_UNKNOWN_POINTER);
+  expect_refused(p, (char *)a + 1, s, SPOOL_ERR_INTERIOR_POINTER);   /* inside a live buffer */
+  expect_refused(p, (char *)a + 256, s, SPOOL_ERR_INTERIOR_POINTER); /* aligned, still inside */
+  expect_refused(p, (char *)a + 4095, s, SPOOL_ERR_INTERIOR_POINTER); /* its last byte */
+  expect_refused(p, (char *)a + 4096, s, SPOOL_ERR_UNKNOWN_POINTER);  /* just past it */
+  expect_refused(p, (void *)(uintptr_t)0x1000, s, SPOOL_ERR_UNKNOWN_POINTER);
   free(on_heap);
   /* The live buffer is intact and frees normally; a second free is refused. */
   check_usable(a, 4096, 0x5A, s);
   CK_SPOOL(spool_free(p, a, s));
-  expect_unknown(p, a, s, true);
+  expect_refused(p, a, s, SPOOL_ERR_DOUBLE_FREE);
   check_counts(p, 0, 0, 1, 1);
   test_stream_destroy(s);
   test_pool_destroy(p);
@@ -212,8 +225,8 @@ START_TEST(free_wrong_pool) {
   long frees = cudasim_calls("cudaFreeAsync");
 #endif
   spool_status got = spool_free(q, a, s);
-  ck_assert_msg(got == SPOOL_ERR_UNKNOWN_POINTER || got == SPOOL_ERR_WRONG_POOL,
-                "free in the wrong pool returned %s", spool_status_name(got));
+  ck_assert_msg(got == SPOOL_ERR_WRONG_POOL, "free in the wrong pool returned %s: %s",
+                spool_status_name(got), spool_last_error());
 #ifdef SPOOL_TEST_SIM
   ck_assert_int_eq(cudasim_calls("cudaFreeAsync"), frees);
 #endif
@@ -233,7 +246,7 @@ START_TEST(free_foreign_pool_memory) {
   cudaStream_t s = test_stream_create();
   void *foreign = NULL;
   CK_CUDA(cudaMallocAsync(&foreign, 1 * MiB, s));
-  expect_unknown(p, foreign, s, false);
+  expect_refused(p, foreign, s, SPOOL_ERR_UNKNOWN_POINTER);
   CK_CUDA(cudaFreeAsync(foreign, s));
   test_stream_destroy(s);
   test_pool_destroy(p);
@@ -491,7 +504,7 @@ static void check_unchanged_but_failures(const spool_stats *a, spool_stats now,
 }
 
 START_TEST(sim_alloc_injected_oom) {
-  spool_pool *p = default_pool();
+  spool_pool *p = no_retry_pool();
   cudaStream_t s = test_stream_create();
   void *keep = NULL;
   CK_SPOOL(spool_alloc(p, &keep, 5000, s));
@@ -584,7 +597,7 @@ END_TEST
 START_TEST(sim_failures_clear_last_error) {
   /* After every CUDA failure spool reports, cudaGetLastError() speaks only of the caller's own
    * calls: spool clears the runtime's last error. */
-  spool_pool *p = default_pool();
+  spool_pool *p = no_retry_pool();
   cudaStream_t s = test_stream_create();
   void *a = NULL;
   CK_SPOOL(spool_alloc(p, &a, 1 * MiB, s));

@@ -25,6 +25,8 @@ static int cfg_equal(const spool_config *a, const spool_config *b) {
          a->reuse_allow_opportunistic == b->reuse_allow_opportunistic &&
          a->reuse_allow_internal_dependencies == b->reuse_allow_internal_dependencies &&
          a->peer_access_count == b->peer_access_count && a->pool == b->pool &&
+         a->track == b->track && a->oom_retries == b->oom_retries && a->poison == b->poison &&
+         strncmp(a->report, b->report, sizeof a->report) == 0 &&
          (a->peer_access_count <= 0 ||
           memcmp(a->peer_access, b->peer_access,
                  (size_t)a->peer_access_count * sizeof a->peer_access[0]) == 0);
@@ -108,6 +110,10 @@ START_TEST(test_defaults) {
   ck_assert(cfg.reuse_allow_internal_dependencies);
   ck_assert_int_eq(cfg.peer_access_count, 0);
   ck_assert_int_eq(cfg.pool, SPOOL_POOL_OWN);
+  ck_assert_int_eq(cfg.track, SPOOL_TRACK_COUNTS);
+  ck_assert_str_eq(cfg.report, "");
+  ck_assert_uint_eq(cfg.oom_retries, 2);
+  ck_assert(!cfg.poison);
   ck_assert_int_eq(spool_config_validate(&cfg), SPOOL_OK);
   spool_config_init(NULL); /* a no-op, not a crash */
 }
@@ -214,6 +220,94 @@ START_TEST(test_key_pool) {
   ck_assert_int_eq(parsed("pool=own").pool, SPOOL_POOL_OWN);
   ck_assert_int_eq(parsed("pool=Default").pool, SPOOL_POOL_DEFAULT);
   ck_assert_int_eq(parsed("pool=default\npool=OWN").pool, SPOOL_POOL_OWN);
+}
+END_TEST
+
+START_TEST(test_key_track) {
+  ck_assert_int_eq(parsed("track=off").track, SPOOL_TRACK_OFF);
+  ck_assert_int_eq(parsed("track=counts").track, SPOOL_TRACK_COUNTS);
+  ck_assert_int_eq(parsed("track=full").track, SPOOL_TRACK_FULL);
+  ck_assert_int_eq(parsed("track = FULL").track, SPOOL_TRACK_FULL);
+  ck_assert_int_eq(parsed("track=Off").track, SPOOL_TRACK_OFF);
+  ck_assert_int_eq(parsed("track=full\ntrack=counts").track, SPOOL_TRACK_COUNTS);
+}
+END_TEST
+
+START_TEST(test_key_oom_retries) {
+  ck_assert_uint_eq(parsed("oom_retries=0").oom_retries, 0);
+  ck_assert_uint_eq(parsed("oom_retries=5").oom_retries, 5);
+  ck_assert_uint_eq(parsed("oom_retries = 007").oom_retries, 7);
+  ck_assert_uint_eq(parsed("oom_retries=100").oom_retries, 100); /* the most */
+}
+END_TEST
+
+START_TEST(test_key_poison) {
+  ck_assert(parsed("poison=on").poison);
+  ck_assert(parsed("poison=TRUE").poison);
+  ck_assert(parsed("poison=1").poison);
+  ck_assert(!parsed("poison=on, poison=off").poison);
+  ck_assert(!parsed("poison=false").poison);
+  ck_assert(!parsed("poison=0").poison);
+}
+END_TEST
+
+START_TEST(test_key_report) {
+  spool_config cfg;
+  ck_assert_str_eq(parsed("report=/tmp/leaks.txt").report, "/tmp/leaks.txt");
+  ck_assert_str_eq(parsed("report =  /tmp/leaks.txt  ").report, "/tmp/leaks.txt"); /* trimmed */
+  ck_assert_str_eq(parsed("report=/tmp/my leaks.txt").report, "/tmp/my leaks.txt");
+  ck_assert_str_eq(parsed("report=relative/x.log, device=1").report, "relative/x.log");
+  ck_assert_str_eq(parsed("report=/data/run[3]/l.txt, device=1").report, "/data/run[3]/l.txt");
+  ck_assert_str_eq(parsed("report=/tmp/x # where leaks go").report, "/tmp/x");
+  ck_assert_str_eq(parsed("report=C:\\spool\\leaks.txt").report, "C:\\spool\\leaks.txt");
+  /* quoted: commas, '#', brackets and edge spaces are part of the path */
+  cfg = parsed("report=\"/tmp/a,b.txt\"");
+  ck_assert_str_eq(cfg.report, "/tmp/a,b.txt");
+  cfg = parsed("device=1, report = \"/tmp/a#1,[2.txt\" , reserve=3 # a comment, \"quoted\"");
+  ck_assert_str_eq(cfg.report, "/tmp/a#1,[2.txt");
+  ck_assert_int_eq(cfg.device, 1);
+  ck_assert(cfg.reserve == 3);
+  ck_assert_str_eq(parsed("report=\"  spaced  \"").report, "  spaced  ");
+  ck_assert_str_eq(parsed("report=\"/tmp/x\"\r\ndevice=2").report, "/tmp/x"); /* CRLF */
+  ck_assert_str_eq(parsed("report=\"/tmp/a=b\"").report, "/tmp/a=b");
+  ck_assert_str_eq(parsed("report=\"/tmp/a\"#\" closed before the comment").report, "/tmp/a");
+  /* quotes belong to this key's type only; elsewhere they are part of a bad value */
+  parse_fails("device=\"1\"", "device: expected an integer >= 0, got '\"1\"'", NULL, NULL);
+  parse_fails("pool=\"own,default\"", "pool: expected own or default, got '\"own,default\"'",
+              NULL, NULL);
+  /* "" is the empty path: back to SPOOL_REPORT, else stderr */
+  cfg = parsed("report=/tmp/x\nreport=\"\"");
+  ck_assert_str_eq(cfg.report, "");
+  /* a shorter path leaves nothing of a longer one behind */
+  cfg = parsed("report=/tmp/a/long/path.txt\nreport=/x");
+  ck_assert_str_eq(cfg.report, "/x");
+  ck_assert_int_eq(cfg.report[3], '\0');
+  ck_assert_int_eq(cfg.report[10], '\0');
+}
+END_TEST
+
+/* The longest path fits, one byte more is refused with the length and the limit. */
+START_TEST(test_key_report_length) {
+  static char text[SPOOL_REPORT_PATH_MAX + 64];
+  char expect[128];
+  spool_config cfg;
+  size_t n = (size_t)snprintf(text, sizeof text, "report=/");
+  memset(text + n, 'p', SPOOL_REPORT_PATH_MAX - 2); /* '/' + 1022 = 1023 bytes */
+  text[n + SPOOL_REPORT_PATH_MAX - 2] = '\0';
+  cfg = parsed(text);
+  ck_assert_uint_eq(strlen(cfg.report), SPOOL_REPORT_PATH_MAX - 1);
+  ck_assert_int_eq(spool_config_validate(&cfg), SPOOL_OK);
+  strcat(text, "p"); /* 1024 bytes */
+  snprintf(expect, sizeof expect, "(%d bytes long, most is %d)", SPOOL_REPORT_PATH_MAX,
+           SPOOL_REPORT_PATH_MAX - 1);
+  parse_fails(text, "config line 1: report: expected a file path or \"\"", "got '/ppp", expect);
+  /* quoted the same: the quotes do not count */
+  n = (size_t)snprintf(text, sizeof text, "report=\"/");
+  memset(text + n, 'q', SPOOL_REPORT_PATH_MAX - 2);
+  strcpy(text + n + SPOOL_REPORT_PATH_MAX - 2, "\"");
+  ck_assert_uint_eq(strlen(parsed(text).report), SPOOL_REPORT_PATH_MAX - 1);
+  strcpy(text + n + SPOOL_REPORT_PATH_MAX - 2, "q\"");
+  parse_fails(text, "report:", expect, NULL);
 }
 END_TEST
 
@@ -379,9 +473,14 @@ START_TEST(test_error_unknown_key) {
   parse_fails("reuse_allow_oportunistic=on", "did you mean 'reuse_allow_opportunistic'?", NULL,
               NULL);
   parse_fails("pol=own", "did you mean 'pool'?", NULL, NULL);
+  parse_fails("trak=full", "did you mean 'track'?", NULL, NULL);
+  parse_fails("reprot=/tmp/x", "did you mean 'report'?", NULL, NULL);
+  parse_fails("oom_retry=3", "did you mean 'oom_retries'?", NULL, NULL);
+  parse_fails("oom-retries=3", "did you mean 'oom_retries'?", NULL, NULL);
+  parse_fails("poisson=on", "did you mean 'poison'?", NULL, NULL);
   /* nothing close: the message lists the keys */
   parse_fails("colour=blue", "config line 1: unknown key 'colour' (valid keys: device, ",
-              "release_threshold", "pool)");
+              "release_threshold", "pool, track, report, oom_retries, poison)");
   parse_fails("dev=1", "unknown key 'dev' (valid keys:", NULL, NULL);
   /* keys are case-sensitive, and a long key is cut in the message */
   parse_fails("DEVICE=1", "did you mean 'device'?", NULL, NULL);
@@ -418,6 +517,64 @@ START_TEST(test_error_values) {
               NULL, NULL);
   parse_fails("reuse_follow_event_dependencies=2", "got '2'", NULL, NULL);
   parse_fails("pool=mine", "pool: expected own or default, got 'mine'", NULL, NULL);
+  parse_fails("device=1\ntrack=some", "config line 2: track: expected off, counts or full, got "
+              "'some'", NULL, NULL);
+  parse_fails("track=2", "track: expected off, counts or full, got '2'", NULL, NULL);
+  parse_fails("track=", "config line 1: track: empty value (expected off, counts or full)", NULL,
+              NULL);
+  parse_fails("poison=yes",
+              "config line 1: poison: expected on, off, true, false, 1 or 0, got 'yes'", NULL,
+              NULL);
+  parse_fails("poison=", "poison: empty value (expected on, off", NULL, NULL);
+}
+END_TEST
+
+START_TEST(test_error_oom_retries) {
+  parse_fails("device=1\noom_retries=101",
+              "config line 2: oom_retries: expected an integer from 0 to 100, got '101' (too "
+              "large (most is 100))",
+              NULL, NULL);
+  parse_fails("oom_retries=99999999999999999999", "(too large (most is 100))", NULL, NULL);
+  parse_fails("oom_retries=-1",
+              "oom_retries: expected an integer from 0 to 100, got '-1' (negative)", NULL, NULL);
+  parse_fails("oom_retries=x", "oom_retries: expected an integer from 0 to 100, got 'x' (not an "
+              "integer)", NULL, NULL);
+  parse_fails("oom_retries=2.5", "got '2.5' (not an integer)", NULL, NULL);
+  parse_fails("oom_retries=+2", "got '+2' (not an integer)", NULL, NULL);
+  parse_fails("oom_retries=1 2", "got '1 2' (not an integer)", NULL, NULL);
+  parse_fails("oom_retries=", "oom_retries: empty value (expected an integer from 0 to 100)",
+              NULL, NULL);
+}
+END_TEST
+
+START_TEST(test_error_report) {
+  static const char expected[] = "report: expected a file path or \"\" (in double quotes if it "
+                                 "has ',' or '#')";
+  /* a bare empty value is an error for every key: "" says "none" */
+  parse_fails("report=", "config line 1: report: empty value (expected a file path or \"\" (in "
+              "double quotes if it has ',' or '#'))",
+              NULL, NULL);
+  parse_fails("report= # none", "report: empty value", NULL, NULL);
+  /* unclosed quote: the rest of the line is the value, the next line is not */
+  parse_fails("device=1\nreport=\"/tmp/a, device=2\ndevice=3", "config line 2: ", expected,
+              "got '\"/tmp/a, device=2' (no closing '\"')");
+  parse_fails("report=\"", "got '\"' (no closing '\"')", NULL, NULL);
+  parse_fails("report=\"/tmp/a\"x", "config line 1: report:",
+              "got '\"/tmp/a\"x' (text after the closing '\"')", NULL);
+  parse_fails("report=\"/tmp/a\" \"b\"", "(text after the closing '\"')", NULL, NULL);
+  parse_fails("report=\"/tmp/a\"b\"", "(text after the closing '\"')", NULL, NULL);
+  /* a quote inside a bare value */
+  parse_fails("report=/tmp/a\"b\"", "config line 1: report:",
+              "got '/tmp/a\"b\"' ('\"' may only enclose the whole value)", NULL);
+  /* a bare unclosed '[' would swallow the entries after it: refused, with the fix */
+  parse_fails("report=/tmp/a[1, device=2", "config line 1: report:",
+              "got '/tmp/a[1, device=2' (unclosed '[': put a path with one in double quotes)",
+              NULL);
+  /* a bare comma splits as always: the rest is an entry without '=' */
+  parse_fails("report=/tmp/a,b.txt", "config line 1: 'b.txt' has no '='", NULL, NULL);
+  /* inside an open quote '#' is text, so the quote is still open at the end of the line */
+  parse_fails("report=\"/tmp/a#b\nreport=x", "config line 1: report:",
+              "got '\"/tmp/a#b' (no closing '\"')", NULL);
 }
 END_TEST
 
@@ -476,11 +633,17 @@ END_TEST
 START_TEST(test_unchanged_on_error) {
   spool_config cfg, before;
   spool_config_init(&cfg);
-  ck_assert_int_eq(spool_config_parse(&cfg, "device=2, peer_access=[1], pool=default"), SPOOL_OK);
+  ck_assert_int_eq(spool_config_parse(&cfg, "device=2, peer_access=[1], pool=default, "
+                                            "report=/tmp/keep, track=off"),
+                   SPOOL_OK);
   before = cfg;
   ck_assert_int_eq(spool_config_parse(&cfg, "device=4\npeer_access=[2,3]\nreserve=1GiB\n"
-                                            "reuse_allow_opportunistic=off\npool=own\nmax_size=?"),
+                                            "reuse_allow_opportunistic=off\npool=own\n"
+                                            "track=full, report=\"/tmp/other,x\", poison=on\n"
+                                            "oom_retries=9\nmax_size=?"),
                    SPOOL_ERR_CONFIG);
+  ck_assert_str_eq(cfg.report, "/tmp/keep");
+  ck_assert_int_eq(cfg.track, SPOOL_TRACK_OFF);
   ck_assert(cfg_equal(&cfg, &before));
   ck_assert_int_eq(cfg.device, 2);
   ck_assert_int_eq(cfg.peer_access_count, 1);
@@ -509,7 +672,9 @@ END_TEST
 
 START_TEST(test_load_file) {
   static const char text[] = "# a spool config\ndevice = 1\nrelease_threshold=2GiB, reserve=1GiB\n"
-                             "peer_access=[0]\n";
+                             "peer_access=[0]\n"
+                             "report = \"/var/log/spool, #1.txt\"   # quoted: ',' and '#'\r\n"
+                             "track=full, oom_retries=4, poison=on\n";
   char path[64];
   spool_config cfg;
   temp_file(path, text, sizeof text - 1);
@@ -520,6 +685,10 @@ START_TEST(test_load_file) {
   ck_assert(cfg.release_threshold == 2 * GiB);
   ck_assert(cfg.reserve == GiB);
   ck_assert_int_eq(cfg.peer_access_count, 1);
+  ck_assert_str_eq(cfg.report, "/var/log/spool, #1.txt");
+  ck_assert_int_eq(cfg.track, SPOOL_TRACK_FULL);
+  ck_assert_uint_eq(cfg.oom_retries, 4);
+  ck_assert(cfg.poison);
 }
 END_TEST
 
@@ -688,13 +857,50 @@ START_TEST(test_validate) {
   validate_fails(&cfg, "pool is 7", NULL);
   cfg.pool = SPOOL_POOL_DEFAULT;
   ck_assert_int_eq(spool_config_validate(&cfg), SPOOL_OK);
+  spool_config_init(&cfg);
+
+  cfg.track = (spool_track)3;
+  validate_fails(&cfg, "config: track is 3 (expected SPOOL_TRACK_OFF, SPOOL_TRACK_COUNTS or "
+                       "SPOOL_TRACK_FULL)",
+                 NULL);
+  cfg.track = (spool_track)-1;
+  validate_fails(&cfg, "track is -1", NULL);
+  cfg.track = SPOOL_TRACK_OFF;
+  ck_assert_int_eq(spool_config_validate(&cfg), SPOOL_OK);
+  cfg.track = SPOOL_TRACK_FULL;
+  ck_assert_int_eq(spool_config_validate(&cfg), SPOOL_OK);
+  spool_config_init(&cfg);
+
+  cfg.oom_retries = 101; /* the parser's bound holds for a struct filled in code too */
+  validate_fails(&cfg, "config: oom_retries is 101 (expected 0 to 100)", NULL);
+  cfg.oom_retries = 4000000000u;
+  validate_fails(&cfg, "oom_retries is 4000000000", NULL);
+  cfg.oom_retries = 100;
+  ck_assert_int_eq(spool_config_validate(&cfg), SPOOL_OK);
+  cfg.oom_retries = 0;
+  ck_assert_int_eq(spool_config_validate(&cfg), SPOOL_OK);
+  spool_config_init(&cfg);
+
+  /* report: terminated within its array, and nothing config text cannot give back */
+  memset(cfg.report, 'r', sizeof cfg.report);
+  validate_fails(&cfg, "config: report has no terminating NUL within its 1024 bytes", NULL);
+  cfg.report[SPOOL_REPORT_PATH_MAX - 1] = '\0';
+  ck_assert_int_eq(spool_config_validate(&cfg), SPOOL_OK);
+  strcpy(cfg.report, "/tmp/a\"b");
+  validate_fails(&cfg, "config: report holds '\"' at byte 6", "cannot hold");
+  strcpy(cfg.report, "/tmp/a\nb");
+  validate_fails(&cfg, "config: report holds a line break at byte 6", NULL);
+  strcpy(cfg.report, " /tmp/a,b#c[ ");
+  ck_assert_int_eq(spool_config_validate(&cfg), SPOOL_OK);
+  cfg.poison = true;
+  ck_assert_int_eq(spool_config_validate(&cfg), SPOOL_OK);
 }
 END_TEST
 
 /* ---- formatting ---------------------------------------------------------------------------- */
 
 static void round_trip(const spool_config *cfg) {
-  char buf[2048];
+  char buf[4096];
   spool_config back;
   ck_assert_int_eq(spool_config_format(cfg, buf, sizeof buf), SPOOL_OK);
   spool_config_init(&back);
@@ -704,6 +910,10 @@ static void round_trip(const spool_config *cfg) {
   back.peer_access[0] = 99;
   back.pool = SPOOL_POOL_DEFAULT;
   back.reuse_allow_opportunistic = !cfg->reuse_allow_opportunistic;
+  back.track = cfg->track == SPOOL_TRACK_FULL ? SPOOL_TRACK_OFF : SPOOL_TRACK_FULL;
+  strcpy(back.report, "/left/over/from/before");
+  back.oom_retries = cfg->oom_retries + 1;
+  back.poison = !cfg->poison;
   ck_assert_msg(spool_config_parse(&back, buf) == SPOOL_OK, "%s", spool_last_error());
   ck_assert_msg(cfg_equal(&back, cfg), "round trip changed:\n%s", buf);
 }
@@ -717,7 +927,11 @@ START_TEST(test_format_defaults) {
                                "reuse_allow_opportunistic=on\n"
                                "reuse_allow_internal_dependencies=on\n"
                                "peer_access=[]\n"
-                               "pool=own\n";
+                               "pool=own\n"
+                               "track=counts\n"
+                               "report=\"\"\n"
+                               "oom_retries=2\n"
+                               "poison=off\n";
   char buf[512];
   spool_config cfg;
   spool_config_init(&cfg);
@@ -754,6 +968,57 @@ START_TEST(test_format_round_trip) {
   /* and from text: parse, format, parse gives the same */
   cfg = parsed("device=1, release_threshold=1.5GiB, reserve=3MB, peer_access=7, pool=default");
   round_trip(&cfg);
+  cfg = parsed("track=full, report=\"/tmp/a,b.txt\", oom_retries=100, poison=on");
+  round_trip(&cfg);
+}
+END_TEST
+
+/* The new keys' text, and a report path of every awkward kind through format and parse. */
+START_TEST(test_format_safety_keys) {
+  static const char *const paths[] = {
+      "/tmp/leaks.txt",  "relative/leaks",  "/tmp/a,b.txt", "/tmp/#1.txt", " /lead/space",
+      "/trail/space ",   "\t/tab",          "/run[3]/x",    "/open[x",      "/close]x",
+      "/has space/x",    "C:\\spool\\x.log", "/a=b",         "/'single'",    "/\r/cr",
+      "", /* none */
+  };
+  static const char *const bare[] = {"/tmp/leaks.txt", "relative/leaks", "/has space/x",
+                                     "/a=b", "/'single'", "C:\\spool\\x.log", "/\r/cr"};
+  char buf[4096], line[SPOOL_REPORT_PATH_MAX + 32];
+  spool_config cfg;
+  size_t i;
+  spool_config_init(&cfg);
+  cfg.track = SPOOL_TRACK_OFF;
+  cfg.oom_retries = 0;
+  cfg.poison = true;
+  ck_assert_int_eq(spool_config_format(&cfg, buf, sizeof buf), SPOOL_OK);
+  ck_assert_ptr_nonnull(strstr(buf, "\ntrack=off\nreport=\"\"\noom_retries=0\npoison=on\n"));
+  cfg.track = SPOOL_TRACK_FULL;
+  cfg.oom_retries = 100;
+  ck_assert_int_eq(spool_config_format(&cfg, buf, sizeof buf), SPOOL_OK);
+  ck_assert_ptr_nonnull(strstr(buf, "\ntrack=full\n"));
+  ck_assert_ptr_nonnull(strstr(buf, "\noom_retries=100\n"));
+  round_trip(&cfg);
+  for (i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+    size_t j;
+    int is_bare = 0;
+    strcpy(cfg.report, paths[i]);
+    ck_assert_int_eq(spool_config_validate(&cfg), SPOOL_OK);
+    round_trip(&cfg);
+    ck_assert_int_eq(spool_config_format(&cfg, buf, sizeof buf), SPOOL_OK);
+    for (j = 0; j < sizeof bare / sizeof bare[0]; j++) is_bare |= strcmp(paths[i], bare[j]) == 0;
+    /* plain paths stay bare; anything with ',', '#', brackets or edge spaces is quoted */
+    snprintf(line, sizeof line, is_bare ? "\nreport=%s\n" : "\nreport=\"%s\"\n", paths[i]);
+    ck_assert_msg(strstr(buf, line) != NULL, "'%s' formatted as:\n%s", paths[i], buf);
+  }
+  /* the longest path, bare and quoted */
+  memset(cfg.report, 'x', SPOOL_REPORT_PATH_MAX - 1);
+  cfg.report[0] = '/';
+  cfg.report[SPOOL_REPORT_PATH_MAX - 1] = '\0';
+  round_trip(&cfg);
+  cfg.report[5] = ',';
+  round_trip(&cfg);
+  cfg.report[SPOOL_REPORT_PATH_MAX - 2] = ' ';
+  round_trip(&cfg);
 }
 END_TEST
 
@@ -763,7 +1028,7 @@ START_TEST(test_format_too_small) {
   spool_config_init(&cfg);
   memset(buf, 'x', sizeof buf);
   ck_assert_int_eq(spool_config_format(&cfg, buf, sizeof buf), SPOOL_ERR_INVALID);
-  ck_assert_ptr_nonnull(strstr(spool_last_error(), "buf has 32 bytes, the text needs 178"));
+  ck_assert_ptr_nonnull(strstr(spool_last_error(), "buf has 32 bytes, the text needs 226"));
   ck_assert_int_eq(buf[0], 'x'); /* untouched on failure */
   ck_assert_int_eq(spool_config_format(&cfg, buf, 0), SPOOL_ERR_INVALID);
 }
@@ -788,8 +1053,12 @@ START_TEST(test_format_invalid_cfg_is_safe) {
   spool_config_init(&cfg);
   cfg.peer_access_count = 1000;
   cfg.pool = (spool_pool_source)9;
+  cfg.track = (spool_track)-2;
+  memset(cfg.report, 'r', sizeof cfg.report); /* no NUL: read no further than the array */
   ck_assert_int_eq(spool_config_format(&cfg, buf, sizeof buf), SPOOL_OK);
   ck_assert_ptr_nonnull(strstr(buf, "pool=9\n"));
+  ck_assert_ptr_nonnull(strstr(buf, "track=-2\n"));
+  ck_assert_uint_eq(strcspn(strstr(buf, "report=") + 7, "\n"), SPOOL_REPORT_PATH_MAX);
   cfg.peer_access_count = -5;
   ck_assert_int_eq(spool_config_format(&cfg, buf, sizeof buf), SPOOL_OK);
   ck_assert_ptr_nonnull(strstr(buf, "peer_access=[]\n"));
@@ -813,6 +1082,11 @@ static Suite *config_suite(void) {
   tcase_add_test(tc, test_key_bools);
   tcase_add_test(tc, test_key_peer_access);
   tcase_add_test(tc, test_key_pool);
+  tcase_add_test(tc, test_key_track);
+  tcase_add_test(tc, test_key_oom_retries);
+  tcase_add_test(tc, test_key_poison);
+  tcase_add_test(tc, test_key_report);
+  tcase_add_test(tc, test_key_report_length);
   tcase_add_test(tc, test_last_wins_and_layering);
   tcase_add_test(tc, test_syntax_mix);
   suite_add_tcase(s, tc);
@@ -829,6 +1103,8 @@ static Suite *config_suite(void) {
   tcase_add_test(tc, test_error_unknown_key);
   tcase_add_test(tc, test_error_syntax);
   tcase_add_test(tc, test_error_values);
+  tcase_add_test(tc, test_error_oom_retries);
+  tcase_add_test(tc, test_error_report);
   tcase_add_test(tc, test_error_sizes);
   tcase_add_test(tc, test_error_lists);
   tcase_add_test(tc, test_error_line_numbers);
@@ -852,6 +1128,7 @@ static Suite *config_suite(void) {
   tc = tcase_create("format");
   tcase_add_test(tc, test_format_defaults);
   tcase_add_test(tc, test_format_round_trip);
+  tcase_add_test(tc, test_format_safety_keys);
   tcase_add_test(tc, test_format_too_small);
   tcase_add_test(tc, test_format_one_short);
   tcase_add_test(tc, test_format_invalid_cfg_is_safe);

@@ -36,6 +36,10 @@ START_TEST(contract_values_are_fixed) {
   ck_assert_int_eq(SPOOL_ERR_DOUBLE_FREE, 7);
   ck_assert_int_eq(SPOOL_ERR_UNKNOWN_POINTER, 8);
   ck_assert_int_eq(SPOOL_ERR_WRONG_POOL, 9);
+  ck_assert_int_eq(SPOOL_ERR_LEAKS, 10);
+  ck_assert_int_eq(SPOOL_ERR_HOST_OOM, 11);
+  ck_assert_int_eq(SPOOL_ERR_IO, 12);
+  ck_assert_int_eq(SPOOL_ERR_INTERIOR_POINTER, 13);
   ck_assert_str_eq(spool_status_string(SPOOL_OK), "success");
   ck_assert_str_eq(spool_status_string(SPOOL_ERR_OOM), "out of device memory");
 }
@@ -44,7 +48,9 @@ END_TEST
 START_TEST(unknown_values_get_a_name_too) {
   ck_assert_str_eq(spool_status_name((spool_status)42), "SPOOL_STATUS_42");
   ck_assert_str_eq(spool_status_name((spool_status)-1), "SPOOL_STATUS_-1");
-  ck_assert_str_eq(spool_status_name(SPOOL_STATUS_COUNT), "SPOOL_STATUS_13");
+  char count_name[32];
+  snprintf(count_name, sizeof count_name, "SPOOL_STATUS_%d", (int)SPOOL_STATUS_COUNT);
+  ck_assert_str_eq(spool_status_name(SPOOL_STATUS_COUNT), count_name);
   ck_assert_str_eq(spool_status_string((spool_status)42), "unknown status");
 }
 END_TEST

@@ -65,7 +65,8 @@ SPOOL_EXPORT const char *spool_version_string(void);
   X(ERR_WRONG_POOL, "pointer belongs to another pool")                                            \
   X(ERR_LEAKS, "buffers were still allocated when the pool was destroyed")                        \
   X(ERR_HOST_OOM, "out of host memory")                                                           \
-  X(ERR_IO, "file could not be read or written")
+  X(ERR_IO, "file could not be read or written")                                                  \
+  X(ERR_INTERIOR_POINTER, "pointer points inside a buffer, not at its start")
 
 typedef enum spool_status {
 #define SPOOL__STATUS_ENUM(name, str) SPOOL_##name,
@@ -102,6 +103,19 @@ typedef enum spool_pool_source {
                              adopted: configured as below but never destroyed by spool */
 } spool_pool_source;
 
+/* How much the pool knows of each live buffer (config key `track`). */
+typedef enum spool_track {
+  SPOOL_TRACK_OFF = 0,    /* `off`: counts of buffers only; frees go to the driver unchecked,
+                             bytes_in_use stays 0, leaks are counted but cannot be listed */
+  SPOOL_TRACK_COUNTS = 1, /* `counts` (default): a table of live buffers (size, stream, number) and
+                             of recent frees: double frees, foreign and interior pointers are
+                             caught before they reach the driver, leaks are listed and freed */
+  SPOOL_TRACK_FULL = 2,   /* `full`: counts, plus the call site or tag and time of every
+                             allocation and the call site of every free, for the messages */
+} spool_track;
+
+#define SPOOL_REPORT_PATH_MAX 1024 /* longest `report` path, NUL included */
+
 /* One pool's settings. Fields carry the names of the text keys. Start from spool_config_init()
  * so that fields added by later versions get their defaults. */
 typedef struct spool_config {
@@ -123,6 +137,13 @@ typedef struct spool_config {
                                        always has access). Default: none. */
   int peer_access_count;            /* entries used in peer_access */
   spool_pool_source pool;           /* key `pool`: own | default. Default own. */
+  spool_track track;                /* key `track`: off | counts | full. Default counts. */
+  char report[SPOOL_REPORT_PATH_MAX]; /* file the leak report is appended to; "" (default):
+                                       the SPOOL_REPORT environment variable, else stderr */
+  unsigned oom_retries;             /* times an allocation that ran out of memory is retried
+                                       after the pool gave back what it could. Default 2. */
+  bool poison;                      /* fill new buffers with 0xA5 and freed ones with 0xDD
+                                       (cudaMemsetAsync, in stream order). Default off. */
 } spool_config;
 
 /* Fills *cfg with the documented defaults above. cfg must not be NULL. Thread safe. */
@@ -226,6 +247,20 @@ SPOOL_EXPORT const spool_config *spool_pool_config(const spool_pool *pool);
 SPOOL_EXPORT spool_status spool_alloc(spool_pool *pool, void **ptr, size_t size,
                                       cudaStream_t stream);
 
+/* spool_alloc that records where it was called from (with track=full; free otherwise), for the
+ * leak report and for messages about the buffer. file must outlive the buffer (__FILE__ does).
+ * Use it through SPOOL_ALLOC. Returns what spool_alloc returns. Thread safe. */
+SPOOL_EXPORT spool_status spool_alloc_at(spool_pool *pool, void **ptr, size_t size,
+                                         cudaStream_t stream, const char *file, int line);
+#define SPOOL_ALLOC(pool, ptr, size, stream)                                                      \
+  spool_alloc_at((pool), (ptr), (size), (stream), __FILE__, __LINE__)
+
+/* spool_alloc that names the buffer with the caller's tag (with track=full) in the leak report
+ * and in messages. spool keeps the pointer, not a copy: tag must outlive the buffer (a string
+ * literal does). Returns what spool_alloc returns. Thread safe. */
+SPOOL_EXPORT spool_status spool_alloc_tagged(spool_pool *pool, void **ptr, size_t size,
+                                             cudaStream_t stream, const char *tag);
+
 /* Frees ptr in stream order (cudaFreeAsync): the memory is reused once stream's work queued so
  * far is done, and at once by later allocations on the same stream. The stream need not be the
  * one ptr was allocated on. NULL ptr: SPOOL_OK, nothing done.
@@ -233,6 +268,27 @@ SPOOL_EXPORT spool_status spool_alloc(spool_pool *pool, void **ptr, size_t size,
  * buffer of this pool: nothing reaches the driver); SPOOL_ERR_CUDA (ptr stays allocated).
  * Thread safe. */
 SPOOL_EXPORT spool_status spool_free(spool_pool *pool, void *ptr, cudaStream_t stream);
+
+/* spool_free that records where it was called from (with track=full), so that a later double
+ * free can say where the first free was. file must outlive the pool's memory of the free
+ * (__FILE__ does). Use it through SPOOL_FREE. Returns what spool_free returns. Thread safe. */
+SPOOL_EXPORT spool_status spool_free_at(spool_pool *pool, void *ptr, cudaStream_t stream,
+                                        const char *file, int line);
+#define SPOOL_FREE(pool, ptr, stream) spool_free_at((pool), (ptr), (stream), __FILE__, __LINE__)
+
+/* Called when an allocation still fails after the pool gave back what it could and retried
+ * oom_retries times: free memory (or decide to do without) and return nonzero to have the
+ * allocation tried once more, 0 to let it fail with SPOOL_ERR_OOM. Called at most
+ * SPOOL_OOM_HANDLER_CALLS times per allocation, on the allocating thread, without spool's locks
+ * held: it may call spool_free and spool_trim on this pool (not spool_alloc, which could recurse).
+ */
+typedef int (*spool_oom_fn)(spool_pool *pool, size_t bytes, cudaStream_t stream, void *user);
+#define SPOOL_OOM_HANDLER_CALLS 3
+
+/* Sets the pool's out-of-memory handler (NULL: none, the default); user is passed to it and
+ * stays the caller's. Returns SPOOL_OK or SPOOL_ERR_INVALID (pool NULL). Thread safe; an
+ * allocation already in its out-of-memory path may still call the previous handler. */
+SPOOL_EXPORT spool_status spool_set_oom_handler(spool_pool *pool, spool_oom_fn fn, void *user);
 
 /* Returns reserved memory the pool does not use to the driver until it holds keep_bytes or only
  * what is in use (cudaMemPoolTrimTo). Memory freed on a stream whose work is not yet done is
@@ -263,6 +319,10 @@ typedef struct spool_stats {
   uint64_t alloc_failures;       /* allocations that returned an error */
   uint64_t ooms;                 /* of those, out of device memory */
   uint64_t trims;                /* successful spool_trim calls */
+  uint64_t oom_retries;          /* allocations tried again after running out of memory */
+  uint64_t oom_recoveries;       /* of those, allocations that then succeeded */
+  uint64_t oom_handler_calls;    /* calls of the out-of-memory handler */
+  uint64_t bad_frees;            /* frees refused: double, foreign, interior or wrong pool */
 } spool_stats;
 
 /* Fills *out (out->size is set to sizeof(spool_stats)). Library counters are exact; pool
@@ -282,6 +342,20 @@ SPOOL_EXPORT spool_status spool_stats_reset_peaks(spool_pool *pool);
  * NULL); SPOOL_ERR_CUDA (the pool's attributes could not be read: nothing is written);
  * SPOOL_ERR_IO (the write failed). Thread safe; out is the caller's and is not closed. */
 SPOOL_EXPORT spool_status spool_report(spool_pool *pool, FILE *out);
+
+/* Writes the stats as one JSON object into buf (len bytes, NUL-terminated): the keys are the
+ * spool_stats field names (size excluded), plus "device", "device_free" and "device_total"
+ * (cudaMemGetInfo; null when it fails). Returns SPOOL_OK; SPOOL_ERR_INVALID (pool or buf NULL,
+ * or len too small: the message gives the size needed, and buf holds "" when len > 0);
+ * SPOOL_ERR_CUDA. Thread safe. */
+SPOOL_EXPORT spool_status spool_stats_json(spool_pool *pool, char *buf, size_t len);
+
+/* Writes the leak report: every live buffer (size, stream, call site or tag, allocation number,
+ * age), grouped by call site with totals, biggest group first; "no live buffers" when there are
+ * none. spool_pool_destroy writes the same report when buffers are left. Returns SPOOL_OK;
+ * SPOOL_ERR_INVALID (pool or out NULL); SPOOL_ERR_UNSUPPORTED (track=off: nothing to list; the
+ * count is in the message); SPOOL_ERR_HOST_OOM; SPOOL_ERR_IO. Thread safe. */
+SPOOL_EXPORT spool_status spool_leaks(spool_pool *pool, FILE *out);
 
 #ifdef __cplusplus
 } /* extern "C" */

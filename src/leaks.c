@@ -1,0 +1,210 @@
+/* The leak report: every live buffer, grouped by the call site that allocated it, biggest group
+ * first; and the sweep at destroy that writes it and frees what was left. */
+#include "internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- grouping ------------------------------------------------------------------------------ */
+
+static int same_site(const spool__site *a, const spool__site *b) {
+  if (a->line != b->line) return 0;
+  if ((a->file == NULL) != (b->file == NULL) || (a->tag == NULL) != (b->tag == NULL)) return 0;
+  return (!a->file || strcmp(a->file, b->file) == 0) && (!a->tag || strcmp(a->tag, b->tag) == 0);
+}
+
+static int site_order(const spool__site *a, const spool__site *b) {
+  int c = strcmp(a->tag ? a->tag : "", b->tag ? b->tag : "");
+  if (c == 0) c = strcmp(a->file ? a->file : "", b->file ? b->file : "");
+  if (c == 0) c = (a->line > b->line) - (a->line < b->line);
+  return c;
+}
+
+static int by_site_then_seq(const void *x, const void *y) {
+  const spool__buffer *a = x, *b = y;
+  int c = site_order(&a->born, &b->born);
+  return c ? c : (a->seq > b->seq) - (a->seq < b->seq);
+}
+
+typedef struct group {
+  size_t first, n;  /* a run of the sorted buffers */
+  uint64_t bytes;
+} group;
+
+static int by_bytes_desc(const void *x, const void *y) {
+  const group *a = x, *b = y;
+  return (a->bytes < b->bytes) - (a->bytes > b->bytes);
+}
+
+/* Splits the sorted buffers into runs of one site each; returns how many. */
+static size_t make_groups(const spool__buffer *bufs, size_t n, group *groups) {
+  size_t g = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (i == 0 || !same_site(&bufs[i].born, &bufs[i - 1].born)) groups[g++] = (group){i, 0, 0};
+    groups[g - 1].n++;
+    groups[g - 1].bytes += bufs[i].size;
+  }
+  return g;
+}
+
+/* ---- printing ------------------------------------------------------------------------------ */
+
+static void print_site(FILE *out, const spool__site *s) {
+  if (s->tag) fprintf(out, "tag '%s'", s->tag);
+  else if (s->file) fprintf(out, "%s:%d", s->file, s->line);
+  else fprintf(out, "unknown site (SPOOL_ALLOC or spool_alloc_tagged with track=full name it)");
+}
+
+static void print_buffer(FILE *out, const spool__buffer *b, uint64_t now) {
+  char size[SPOOL__SIZE_TEXT];
+  fprintf(out, "    %p  %10s  stream %p  allocation #%" PRIu64, (void *)b->ptr,
+          spool__format_size(b->size, size), (void *)b->stream, b->seq);
+  if (b->born_ns && now >= b->born_ns)
+    fprintf(out, "  age %.3f s", (double)(now - b->born_ns) / 1e9);
+  fputc('\n', out);
+}
+
+/* The fallback when there is no memory to sort: one line per buffer, as they lie. */
+static void print_buffer_plain(const spool__buffer *b, void *out) { print_buffer(out, b, 0); }
+
+static void print_groups(FILE *out, spool__buffer *bufs, size_t n, group *groups) {
+  char size[SPOOL__SIZE_TEXT];
+  uint64_t now = spool__now_ns();
+  qsort(bufs, n, sizeof *bufs, by_site_then_seq);
+  size_t ng = make_groups(bufs, n, groups);
+  qsort(groups, ng, sizeof *groups, by_bytes_desc);
+  for (size_t g = 0; g < ng; g++) {
+    fprintf(out, "  %s in %zu buffer%s at ", spool__format_size(groups[g].bytes, size),
+            groups[g].n, groups[g].n == 1 ? "" : "s");
+    print_site(out, &bufs[groups[g].first].born);
+    fputc('\n', out);
+    for (size_t i = 0; i < groups[g].n; i++) print_buffer(out, &bufs[groups[g].first + i], now);
+  }
+}
+
+typedef struct snapshot {
+  spool__buffer *bufs;
+  size_t n;
+  uint64_t bytes;
+} snapshot;
+
+static void collect(const spool__buffer *b, void *arg) {
+  snapshot *s = arg;
+  s->bufs[s->n++] = *b;
+}
+
+spool_status spool__leak_report(spool_pool *pool, FILE *out, const char *context) {
+  pthread_mutex_lock(&pool->lock);
+  size_t n = pool->live.count;
+  snapshot snap = {.bufs = n ? malloc(n * sizeof *snap.bufs) : NULL, .n = 0,
+                   .bytes = pool->c.bytes_in_use};
+  group *groups = n ? malloc(n * sizeof *groups) : NULL;
+  if (snap.bufs && groups) spool__table_each(&pool->live, collect, &snap);
+  pthread_mutex_unlock(&pool->lock);
+
+  spool_status s = SPOOL_OK;
+  char size[SPOOL__SIZE_TEXT];
+  if (n && (!snap.bufs || !groups)) {
+    s = spool__fail(SPOOL_ERR_HOST_OOM, "%s: no host memory to list %zu live buffers", context, n);
+  } else {
+    fprintf(out, "spool: leak report, pool %p on device %d: ", (void *)pool, pool->device);
+    if (n == 0) fprintf(out, "no live buffers\n");
+    else fprintf(out, "%zu live buffer%s, %s\n", n, n == 1 ? "" : "s",
+                 spool__format_size(snap.bytes, size));
+    if (n) print_groups(out, snap.bufs, n, groups);
+    if (fflush(out) != 0 || ferror(out))
+      s = spool__fail(SPOOL_ERR_IO, "%s: writing the leak report failed", context);
+  }
+  free(snap.bufs);
+  free(groups);
+  return s;
+}
+
+spool_status spool_leaks(spool_pool *pool, FILE *out) {
+  static const char ctx[] = "spool_leaks";
+  if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", ctx);
+  if (!out) return spool__fail(SPOOL_ERR_INVALID, "%s: out is NULL", ctx);
+  if (pool->cfg.track == SPOOL_TRACK_OFF) {
+    pthread_mutex_lock(&pool->lock);
+    uint64_t live = pool->c.buffers_in_use;
+    pthread_mutex_unlock(&pool->lock);
+    return spool__fail(SPOOL_ERR_UNSUPPORTED,
+                       "%s: track=off keeps no list of buffers (%" PRIu64 " live); set "
+                       "track=counts or full", ctx, live);
+  }
+  return spool__leak_report(pool, out, ctx);
+}
+
+/* ---- at destroy ---------------------------------------------------------------------------- */
+
+/* Where the report goes: report=, else SPOOL_REPORT, else stderr. A file that cannot be opened
+ * is said on stderr, and the report goes there instead. */
+static FILE *open_report(const spool_pool *p, bool *close_it) {
+  const char *path = p->cfg.report[0] ? p->cfg.report : getenv("SPOOL_REPORT");
+  *close_it = false;
+  if (!path || !*path) return stderr;
+  FILE *f = fopen(path, "a");
+  if (!f) {
+    fprintf(stderr, "spool: cannot append the leak report to %s (%s); writing it here\n", path,
+            strerror(errno));
+    return stderr;
+  }
+  *close_it = true;
+  return f;
+}
+
+typedef struct free_pass {
+  cudaError_t err;
+  uintptr_t ptr; /* the first that failed */
+} free_pass;
+
+static void free_one(const spool__buffer *b, void *arg) {
+  free_pass *f = arg;
+  cudaError_t err = cudaFreeAsync((void *)b->ptr, cudaStreamLegacy);
+  if (err != cudaSuccess && f->err == cudaSuccess) {
+    f->err = err;
+    f->ptr = b->ptr;
+  }
+}
+
+/* Frees every leaked buffer. Their streams may already be destroyed, and work queued on them may
+ * still use the memory: a device synchronize makes freeing on the legacy stream safe. */
+static spool_status free_all(spool_pool *p) {
+  static const char ctx[] = "spool_pool_destroy: freeing leaked buffers";
+  int saved = 0;
+  spool_status s = spool__device_enter(p->device, &saved, ctx);
+  if (s != SPOOL_OK) return s;
+  cudaError_t err = cudaDeviceSynchronize();
+  if (err != cudaSuccess) {
+    s = spool__fail_cuda(err, "cudaDeviceSynchronize", "%s", ctx);
+  } else {
+    free_pass f = {cudaSuccess, 0};
+    spool__table_each(&p->live, free_one, &f);
+    if (f.err != cudaSuccess)
+      s = spool__fail_cuda(f.err, "cudaFreeAsync", "%s: %p", ctx, (void *)f.ptr);
+  }
+  return spool__device_leave(p->device, saved, s, ctx);
+}
+
+spool_status spool__free_leaks(spool_pool *pool) {
+  static const char ctx[] = "spool_pool_destroy";
+  uint64_t n = pool->c.buffers_in_use;
+  if (n == 0) return SPOOL_OK;
+  bool close_it;
+  FILE *out = open_report(pool, &close_it);
+  if (pool->cfg.track == SPOOL_TRACK_OFF) {
+    fprintf(out, "spool: pool %p on device %d destroyed with %" PRIu64 " live buffers; "
+                 "track=off: spool can neither list nor free them\n", (void *)pool, pool->device, n);
+  } else if (spool__leak_report(pool, out, ctx) != SPOOL_OK) {
+    spool__table_each(&pool->live, print_buffer_plain, out);
+  }
+  if (close_it && fclose(out) != 0) fprintf(stderr, "spool: closing the leak report failed\n");
+  spool_status s = pool->cfg.track == SPOOL_TRACK_OFF ? SPOOL_OK : free_all(pool);
+  if (s != SPOOL_OK) return s;
+  return spool__fail(SPOOL_ERR_LEAKS,
+                     "%s: %" PRIu64 " buffer%s still allocated on device %d (see the leak "
+                     "report); %s", ctx, n, n == 1 ? " was" : "s were", pool->device,
+                     pool->cfg.track == SPOOL_TRACK_OFF ? "track=off: not freed" : "freed now");
+}

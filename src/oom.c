@@ -1,0 +1,114 @@
+/* Out of device memory: what an allocation does before it gives up.
+ *
+ * 1. Give back what the pools hold but do not use: trim this pool and the other spool pools on
+ *    the same device. That also undoes fragmentation: free memory that is reserved but in
+ *    pieces too small goes back to the driver, which can map one contiguous range again.
+ * 2. From the second retry on, first synchronize the device: memory freed on other streams is
+ *    reusable (and trimmable) only once their work is done. A device synchronize is the only
+ *    safe way, since spool cannot know which of the streams it saw still exist.
+ * 3. Retry after each step, cfg.oom_retries times in all.
+ * 4. Then ask the user's handler, at most SPOOL_OOM_HANDLER_CALLS times, while it says "try
+ *    again".
+ * 5. Then fail with SPOOL_ERR_OOM and the numbers.
+ * No lock is held while CUDA or the handler runs. */
+#include "internal.h"
+
+#include <inttypes.h>
+
+static const char ALLOC[] = "spool_alloc";
+
+/* Trims every pool on the device, this one first. Failures are not fatal: the retry decides. */
+static void give_back(spool_pool *p, bool synchronize) {
+  if (synchronize) {
+    int saved = 0;
+    spool_status s = spool__device_enter(p->device, &saved, ALLOC);
+    if (s == SPOOL_OK && cudaDeviceSynchronize() != cudaSuccess) spool__clear_cuda_error();
+    spool__device_leave(p->device, saved, s, ALLOC);
+  }
+  if (cudaMemPoolTrimTo(p->handle, 0) != cudaSuccess) spool__clear_cuda_error();
+  spool__registry_trim_device(p);
+}
+
+static void count(spool_pool *p, uint64_t *counter) {
+  pthread_mutex_lock(&p->lock);
+  (*counter)++;
+  pthread_mutex_unlock(&p->lock);
+}
+
+/* One more try: SPOOL_OK, SPOOL_ERR_OOM (still out of memory, error cleared) or another
+ * failure with its message. */
+static spool_status try_again(spool_pool *p, void **out, size_t size, cudaStream_t stream) {
+  cudaError_t err = cudaMallocFromPoolAsync(out, size, p->handle, stream);
+  if (err == cudaSuccess) {
+    count(p, &p->c.oom_recoveries);
+    return SPOOL_OK;
+  }
+  if (err == cudaErrorMemoryAllocation) {
+    spool__clear_cuda_error();
+    return SPOOL_ERR_OOM;
+  }
+  char a[SPOOL__SIZE_TEXT];
+  return spool__fail_cuda(err, "cudaMallocFromPoolAsync", "%s: retrying %s after running out "
+                          "of memory on device %d", ALLOC, spool__format_size(size, a), p->device);
+}
+
+static spool_status ask_handler(spool_pool *p, void **out, size_t size, cudaStream_t stream) {
+  spool_status s = SPOOL_ERR_OOM;
+  for (int i = 0; i < SPOOL_OOM_HANDLER_CALLS && s == SPOOL_ERR_OOM; i++) {
+    pthread_mutex_lock(&p->lock);
+    spool_oom_fn fn = p->oom_fn;
+    void *user = p->oom_user;
+    if (fn) p->c.oom_handler_calls++;
+    pthread_mutex_unlock(&p->lock);
+    if (!fn || !fn(p, size, stream, user)) break;
+    s = try_again(p, out, size, stream);
+  }
+  return s;
+}
+
+static spool_status describe(spool_pool *p, size_t asked, cudaStream_t stream) {
+  char a[SPOOL__SIZE_TEXT], u[SPOOL__SIZE_TEXT], r[SPOOL__SIZE_TEXT] = "?";
+  char l[SPOOL__SIZE_TEXT] = "none", f[SPOOL__SIZE_TEXT] = "?", t[SPOOL__SIZE_TEXT] = "?";
+  uint64_t reserved = 0;
+  size_t free_b = 0, total_b = 0;
+  pthread_mutex_lock(&p->lock);
+  uint64_t in_use = p->c.bytes_in_use, buffers = p->c.buffers_in_use;
+  pthread_mutex_unlock(&p->lock);
+  cudaError_t err = cudaMemPoolGetAttribute(p->handle, cudaMemPoolAttrReservedMemCurrent, &reserved);
+  if (err == cudaSuccess) spool__format_size(reserved, r);
+  if (spool__device_meminfo(p->device, &free_b, &total_b) == SPOOL_OK) {
+    spool__format_size(free_b, f);
+    spool__format_size(total_b, t);
+  }
+  spool__clear_cuda_error(); /* the figures are best effort */
+  if (p->cfg.max_size != 0 && p->cfg.max_size != UINT64_MAX) spool__format_size(p->cfg.max_size, l);
+  return spool__fail(SPOOL_ERR_OOM,
+                     "%s: out of device memory: asked %s on stream %p, device %d, after %u "
+                     "retr%s; the pool holds %s in use in %" PRIu64 " buffers and %s reserved "
+                     "(limit %s); the device has %s free of %s",
+                     ALLOC, spool__format_size(asked, a), (void *)stream, p->device,
+                     p->cfg.oom_retries, p->cfg.oom_retries == 1 ? "y" : "ies",
+                     spool__format_size(in_use, u), buffers, r, l, f, t);
+}
+
+spool_status spool__alloc_after_oom(spool_pool *pool, void **out, size_t size,
+                                    cudaStream_t stream) {
+  spool_status s = SPOOL_ERR_OOM;
+  for (unsigned i = 0; i < pool->cfg.oom_retries && s == SPOOL_ERR_OOM; i++) {
+    give_back(pool, i > 0);
+    count(pool, &pool->c.oom_retries);
+    s = try_again(pool, out, size, stream);
+  }
+  if (s == SPOOL_ERR_OOM) s = ask_handler(pool, out, size, stream);
+  if (s == SPOOL_ERR_OOM) return describe(pool, size, stream);
+  return s;
+}
+
+spool_status spool_set_oom_handler(spool_pool *pool, spool_oom_fn fn, void *user) {
+  if (!pool) return spool__fail(SPOOL_ERR_INVALID, "spool_set_oom_handler: pool is NULL");
+  pthread_mutex_lock(&pool->lock);
+  pool->oom_fn = fn;
+  pool->oom_user = user;
+  pthread_mutex_unlock(&pool->lock);
+  return SPOOL_OK;
+}
