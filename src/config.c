@@ -801,6 +801,10 @@ spool_status spool_config_validate(const spool_config *cfg) {
       cfg->track != SPOOL_TRACK_FULL)
     return spool__fail(SPOOL_ERR_CONFIG, "config: track is %d (expected SPOOL_TRACK_OFF, "
                        "SPOOL_TRACK_COUNTS or SPOOL_TRACK_FULL)", (int)cfg->track);
+  /* Poisoning a freed buffer needs its size, which only the table knows. */
+  if (cfg->poison && cfg->track == SPOOL_TRACK_OFF)
+    return spool__fail(SPOOL_ERR_CONFIG, "config: poison=on needs the buffers' sizes, which "
+                       "track=off does not keep (use track=counts or full)");
   if (cfg->oom_retries > SPOOL__OOM_RETRIES_MAX)
     return spool__fail(SPOOL_ERR_CONFIG, "config: oom_retries is %u (expected 0 to %d)",
                        cfg->oom_retries, SPOOL__OOM_RETRIES_MAX);

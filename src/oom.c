@@ -36,8 +36,12 @@ static void count(spool_pool *p, uint64_t *counter) {
 }
 
 /* One more try: SPOOL_OK, SPOOL_ERR_OOM (still out of memory, error cleared) or another
- * failure with its message. */
-static spool_status try_again(spool_pool *p, void **out, size_t size, cudaStream_t stream) {
+ * failure with its message. The stats count allocations, not tries: the first try again of an
+ * allocation counts it as retried. */
+static spool_status try_again(spool_pool *p, void **out, size_t size, cudaStream_t stream,
+                              bool *retried) {
+  if (!*retried) count(p, &p->c.oom_retries);
+  *retried = true;
   cudaError_t err = cudaMallocFromPoolAsync(out, size, p->handle, stream);
   if (err == cudaSuccess) {
     count(p, &p->c.oom_recoveries);
@@ -52,7 +56,8 @@ static spool_status try_again(spool_pool *p, void **out, size_t size, cudaStream
                           "of memory on device %d", ALLOC, spool__format_size(size, a), p->device);
 }
 
-static spool_status ask_handler(spool_pool *p, void **out, size_t size, cudaStream_t stream) {
+static spool_status ask_handler(spool_pool *p, void **out, size_t size, cudaStream_t stream,
+                                bool *retried) {
   spool_status s = SPOOL_ERR_OOM;
   for (int i = 0; i < SPOOL_OOM_HANDLER_CALLS && s == SPOOL_ERR_OOM; i++) {
     pthread_mutex_lock(&p->lock);
@@ -61,7 +66,7 @@ static spool_status ask_handler(spool_pool *p, void **out, size_t size, cudaStre
     if (fn) p->c.oom_handler_calls++;
     pthread_mutex_unlock(&p->lock);
     if (!fn || !fn(p, size, stream, user)) break;
-    s = try_again(p, out, size, stream);
+    s = try_again(p, out, size, stream, retried);
   }
   return s;
 }
@@ -94,12 +99,12 @@ static spool_status describe(spool_pool *p, size_t asked, cudaStream_t stream) {
 spool_status spool__alloc_after_oom(spool_pool *pool, void **out, size_t size,
                                     cudaStream_t stream) {
   spool_status s = SPOOL_ERR_OOM;
+  bool retried = false;
   for (unsigned i = 0; i < pool->cfg.oom_retries && s == SPOOL_ERR_OOM; i++) {
     give_back(pool, i > 0);
-    count(pool, &pool->c.oom_retries);
-    s = try_again(pool, out, size, stream);
+    s = try_again(pool, out, size, stream, &retried);
   }
-  if (s == SPOOL_ERR_OOM) s = ask_handler(pool, out, size, stream);
+  if (s == SPOOL_ERR_OOM) s = ask_handler(pool, out, size, stream, &retried);
   if (s == SPOOL_ERR_OOM) return describe(pool, size, stream);
   return s;
 }

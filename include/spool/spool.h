@@ -143,7 +143,8 @@ typedef struct spool_config {
   unsigned oom_retries;             /* times an allocation that ran out of memory is retried
                                        after the pool gave back what it could. Default 2. */
   bool poison;                      /* fill new buffers with 0xA5 and freed ones with 0xDD
-                                       (cudaMemsetAsync, in stream order). Default off. */
+                                       (cudaMemsetAsync, in stream order). Default off. Needs
+                                       track=counts or full (the size of a freed buffer). */
 } spool_config;
 
 /* Fills *cfg with the documented defaults above. cfg must not be NULL. Thread safe. */
@@ -151,7 +152,8 @@ SPOOL_EXPORT void spool_config_init(spool_config *cfg);
 
 /* Applies `key=value` settings from text on top of *cfg. Entries are separated by commas or
  * newlines; `#` starts a comment to the end of the line; spaces around keys and values are
- * ignored. Sizes take B, KiB/MiB/GiB/TiB and K/M/G/T (powers of 1024), KB/MB/GB/TB (powers of
+ * ignored; a value in double quotes (`report="/tmp/a, b.txt"`) is taken as it is, commas and
+ * `#` included. Sizes take B, KiB/MiB/GiB/TiB and K/M/G/T (powers of 1024), KB/MB/GB/TB (powers of
  * 1000), decimals (`1.5GiB`) and `max`; booleans on/off/true/false/1/0. A key given twice keeps
  * the last value.
  * Returns SPOOL_OK; SPOOL_ERR_INVALID (cfg or text NULL); SPOOL_ERR_CONFIG (unknown key, bad
@@ -319,7 +321,8 @@ typedef struct spool_stats {
   uint64_t alloc_failures;       /* allocations that returned an error */
   uint64_t ooms;                 /* of those, out of device memory */
   uint64_t trims;                /* successful spool_trim calls */
-  uint64_t oom_retries;          /* allocations tried again after running out of memory */
+  uint64_t oom_retries;          /* allocations tried again after running out of memory (by
+                                    the policy or at the handler's request) */
   uint64_t oom_recoveries;       /* of those, allocations that then succeeded */
   uint64_t oom_handler_calls;    /* calls of the out-of-memory handler */
   uint64_t bad_frees;            /* frees refused: double, foreign, interior or wrong pool */
