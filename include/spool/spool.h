@@ -216,9 +216,10 @@ SPOOL_EXPORT spool_status spool_pool_create(spool_pool **pool, const spool_confi
 SPOOL_EXPORT spool_status spool_pool_adopt(spool_pool **pool, cudaMemPool_t handle,
                                            const spool_config *cfg);
 
-/* Destroys the pool. Buffers still allocated are leaks: each is listed on stderr (pointer, size,
- * stream, allocation number, in allocation order), then all are freed after a device
- * synchronize (their streams may be gone), and the call returns SPOOL_ERR_LEAKS. An own pool is
+/* Destroys the pool. Buffers still allocated are leaks: the leak report (see spool_leaks) is
+ * appended to the file named by cfg.report, else by the environment variable SPOOL_REPORT, else
+ * written to stderr; then all are freed after a device synchronize (their streams may be gone;
+ * with track=off spool cannot free them), and the call returns SPOOL_ERR_LEAKS. An own pool is
  * then destroyed with cudaMemPoolDestroy; an adopted one is left to its owner. NULL: SPOOL_OK,
  * nothing done. Returns SPOOL_OK, SPOOL_ERR_LEAKS, SPOOL_ERR_CUDA; the pool is gone in every
  * case. Not thread safe with other calls on the same pool: no other thread may use it
@@ -265,10 +266,14 @@ SPOOL_EXPORT spool_status spool_alloc_tagged(spool_pool *pool, void **ptr, size_
 
 /* Frees ptr in stream order (cudaFreeAsync): the memory is reused once stream's work queued so
  * far is done, and at once by later allocations on the same stream. The stream need not be the
- * one ptr was allocated on. NULL ptr: SPOOL_OK, nothing done.
- * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool NULL); SPOOL_ERR_UNKNOWN_POINTER (ptr is not a live
- * buffer of this pool: nothing reaches the driver); SPOOL_ERR_CUDA (ptr stays allocated).
- * Thread safe. */
+ * one ptr was allocated on. NULL ptr: SPOOL_OK, nothing done. With poison=on the buffer is first
+ * overwritten with 0xDD on stream.
+ * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool NULL); with track=counts or full, for a ptr that is
+ * not a live buffer of this pool (nothing reaches the driver, the message names the buffer):
+ * SPOOL_ERR_DOUBLE_FREE (freed already, among the pool's last 4096 frees),
+ * SPOOL_ERR_WRONG_POOL (a live buffer of another spool pool), SPOOL_ERR_INTERIOR_POINTER
+ * (inside a live buffer of this pool), SPOOL_ERR_UNKNOWN_POINTER (none of these); with
+ * track=off the driver judges ptr; SPOOL_ERR_CUDA (ptr stays allocated). Thread safe. */
 SPOOL_EXPORT spool_status spool_free(spool_pool *pool, void *ptr, cudaStream_t stream);
 
 /* spool_free that records where it was called from (with track=full), so that a later double
