@@ -624,7 +624,6 @@ START_TEST(destroy_report_to_config_file) {
   void *a = NULL, *b = NULL, *c = NULL;
   const int line_a = __LINE__; CK_SPOOL(SPOOL_ALLOC(p, &a, 3 * MiB, s));
   CK_SPOOL(spool_alloc_tagged(p, &b, 5000, s, "scratch"));
-  ptext pa = ptr_text(p);
   CK_STATUS(spool_pool_destroy(p), SPOOL_ERR_LEAKS);
   CK_LAST_ERROR_HAS("2 buffers were still allocated");
   CK_LAST_ERROR_HAS("freed now");
@@ -635,7 +634,6 @@ START_TEST(destroy_report_to_config_file) {
 
   spool_pool *q = pool_with(text);
   CK_SPOOL(spool_alloc(q, &c, 777, s));
-  ptext qa = ptr_text(q);
   CK_STATUS(spool_pool_destroy(q), SPOOL_ERR_LEAKS);
   CK_LAST_ERROR_HAS("1 buffer was still allocated");
 #ifdef SPOOL_TEST_SIM
@@ -647,7 +645,9 @@ START_TEST(destroy_report_to_config_file) {
   /* Appended: what was there stays first, then both reports in order of destruction. */
   ck_assert_uint_eq(position_of(report, "earlier contents\n"), 0);
   ck_assert_int_eq(count_of(report, "leak report"), 2);
-  size_t at_p = position_of(report, pa.s), at_q = position_of(report, qa.s);
+  /* The second pool may get the first one's freed host address: tell the reports apart by
+   * their contents, the first's "2 live buffers" before the second's "1 live buffer". */
+  size_t at_p = position_of(report, "2 live buffers"), at_q = position_of(report, "1 live buffer,");
   ck_assert_uint_lt(at_p, at_q);
   CK_TEXT_HAS(report, "2 live buffers");
   CK_TEXT_HAS(report, "1 live buffer, 777 B");
