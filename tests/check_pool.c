@@ -692,8 +692,9 @@ START_TEST(many_pools) {
     p[i] = test_pool_create(&cfg);
     CK_SPOOL(spool_alloc(p[i], &ptr[i], (size_t)(i + 1) * 1000, s));
   }
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < 4; i++) /* before any is destroyed */
     ck_assert_ptr_ne(spool_pool_handle(p[i]), spool_pool_handle(p[(i + 1) % 4]));
+  for (int i = 0; i < 4; i++) {
     spool_stats st = test_stats(p[i]);
     ck_assert_uint_eq(st.buffers_in_use, 1);
     ck_assert_uint_eq(st.bytes_in_use, (uint64_t)(i + 1) * 1000);
