@@ -655,7 +655,9 @@ START_TEST(destroy_report_to_config_file) {
   CK_TEXT_HAS(report, "tag 'scratch'");
   CK_TEXT_HAS(report, ptr_text(a).s);
   CK_TEXT_HAS(report, ptr_text(b).s);
-  ck_assert_uint_gt(position_of(report, ptr_text(c).s), at_q);
+  /* c may have the address a had (the first pool's memory went back to the driver): look for
+   * it in the second report only. */
+  ck_assert_ptr_nonnull(strstr(report + at_q, ptr_text(c).s));
   /* Biggest first: the 3 MiB group before the 5000 B one. */
   ck_assert_uint_lt(position_of(report, site_of(__FILE__, line_a).s),
                     position_of(report, "tag 'scratch'"));
