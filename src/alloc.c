@@ -15,19 +15,12 @@ static const char FREE[] = "spool_free";
 
 /* ---- words for a buffer ------------------------------------------------------------------- */
 
-static const char *site_text(const spool__site *s, char *out, size_t len) {
-  if (s->tag) snprintf(out, len, "tag '%s'", s->tag);
-  else if (s->file) snprintf(out, len, "%s:%d", s->file, s->line);
-  else snprintf(out, len, "an unknown site (SPOOL_ALLOC and SPOOL_FREE with track=full record it)");
-  return out;
-}
-
 /* "0x7f00 (1.00 MiB, allocation #5 on stream 0x1, allocated at a.c:10)" */
 static const char *buffer_text(const spool__buffer *b, char *out, size_t len) {
-  char size[SPOOL__SIZE_TEXT], site[320];
+  char size[SPOOL__SIZE_TEXT], site[SPOOL__SITE_TEXT];
   snprintf(out, len, "%p (%s, allocation #%" PRIu64 " on stream %p, allocated at %s)",
            (void *)b->ptr, spool__format_size(b->size, size), b->seq, (void *)b->stream,
-           site_text(&b->born, site, sizeof site));
+           spool__site_text(&b->born, site, sizeof site));
   return out;
 }
 
@@ -167,11 +160,11 @@ static void look_up_own(spool_pool *p, uintptr_t ptr, bad_free *out) {
 
 static spool_status refuse_free(spool_pool *p, void *ptr, const spool__site *site) {
   bad_free bf = {0};
-  char buf[512], here[320], gone[320];
+  char buf[512], here[SPOOL__SITE_TEXT], gone[SPOOL__SITE_TEXT];
   uintptr_t u = (uintptr_t)ptr;
   spool__owner owner;
   look_up_own(p, u, &bf);
-  site_text(site, here, sizeof here);
+  spool__site_text(site, here, sizeof here);
   if (bf.inside)
     return spool__fail(SPOOL_ERR_INTERIOR_POINTER,
                        "%s: %p points %" PRIuPTR " bytes into buffer %s; free the buffer's start "
@@ -187,7 +180,7 @@ static spool_status refuse_free(spool_pool *p, void *ptr, const spool__site *sit
     return spool__fail(SPOOL_ERR_DOUBLE_FREE,
                        "%s: %p was already freed: buffer %s, freed at %s; this second free at %s; "
                        "nothing was freed", FREE, ptr, buffer_text(bf.freed, buf, sizeof buf),
-                       site_text(&bf.freed->died, gone, sizeof gone), here);
+                       spool__site_text(&bf.freed->died, gone, sizeof gone), here);
   return spool__fail(SPOOL_ERR_UNKNOWN_POINTER,
                      "%s: %p was never allocated by this pool (%p on device %d), nor by another "
                      "live spool pool, or was freed too long ago for spool to remember (this "

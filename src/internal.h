@@ -74,6 +74,10 @@ typedef struct spool__site {
   int line;
 } spool__site;
 
+/* Writes a site for people: "a.c:10", "tag 'scratch'", or that it is unknown. */
+#define SPOOL__SITE_TEXT 320
+const char *spool__site_text(const spool__site *s, char *out, size_t len);
+
 typedef struct spool__buffer {
   uintptr_t ptr;        /* 0 marks an empty slot */
   uint64_t size;        /* bytes asked for */

@@ -51,12 +51,6 @@ static size_t make_groups(const spool__buffer *bufs, size_t n, group *groups) {
 
 /* ---- printing ------------------------------------------------------------------------------ */
 
-static void print_site(FILE *out, const spool__site *s) {
-  if (s->tag) fprintf(out, "tag '%s'", s->tag);
-  else if (s->file) fprintf(out, "%s:%d", s->file, s->line);
-  else fprintf(out, "unknown site (SPOOL_ALLOC or spool_alloc_tagged with track=full name it)");
-}
-
 static void print_buffer(FILE *out, const spool__buffer *b, uint64_t now) {
   char size[SPOOL__SIZE_TEXT];
   fprintf(out, "    %p  %10s  stream %p  allocation #%" PRIu64, (void *)b->ptr,
@@ -78,8 +72,8 @@ static void print_groups(FILE *out, spool__buffer *bufs, size_t n, group *groups
   for (size_t g = 0; g < ng; g++) {
     fprintf(out, "  %s in %zu buffer%s at ", spool__format_size(groups[g].bytes, size),
             groups[g].n, groups[g].n == 1 ? "" : "s");
-    print_site(out, &bufs[groups[g].first].born);
-    fputc('\n', out);
+    char site[SPOOL__SITE_TEXT];
+    fprintf(out, "%s\n", spool__site_text(&bufs[groups[g].first].born, site, sizeof site));
     for (size_t i = 0; i < groups[g].n; i++) print_buffer(out, &bufs[groups[g].first + i], now);
   }
 }

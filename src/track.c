@@ -9,6 +9,7 @@
 
 #include "internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -202,4 +203,11 @@ uint64_t spool__now_ns(void) {
   struct timespec ts;
   if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return 0;
   return (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;
+}
+
+const char *spool__site_text(const spool__site *s, char *out, size_t len) {
+  if (s->tag) snprintf(out, len, "tag '%s'", s->tag);
+  else if (s->file) snprintf(out, len, "%s:%d", s->file, s->line);
+  else snprintf(out, len, "an unknown site (SPOOL_ALLOC and SPOOL_FREE with track=full record it)");
+  return out;
 }

@@ -456,7 +456,7 @@ START_TEST(tagged_allocations) {
 
   char *report = leak_report(p);
   CK_TEXT_HAS(report, "2.00 MiB in 1 buffer at tag 'weights'");
-  CK_TEXT_HAS(report, "1.00 MiB in 1 buffer at unknown site");
+  CK_TEXT_HAS(report, "1.00 MiB in 1 buffer at an unknown site");
   ck_assert_uint_lt(position_of(report, "tag 'weights'"), position_of(report, "unknown site"));
   free(report);
 
@@ -566,7 +566,7 @@ START_TEST(leaks_report_counts_no_age) {
   char *report = leak_report(p);
   /* No sites are kept: one group of both, 4 MiB; sizes and numbers still listed; no age. */
   CK_TEXT_HAS(report, "2 live buffers, 4.00 MiB");
-  CK_TEXT_HAS(report, "4.00 MiB in 2 buffers at unknown site");
+  CK_TEXT_HAS(report, "4.00 MiB in 2 buffers at an unknown site");
   CK_TEXT_HAS(report, ptr_text(a).s);
   CK_TEXT_HAS(report, ptr_text(b).s);
   CK_TEXT_HAS(report, "allocation #1");
