@@ -81,11 +81,9 @@ static spool_status record_alloc(spool_pool *p, void *ptr, size_t size, cudaStre
                                  const spool__site *site) {
   spool_status s = SPOOL_OK;
   spool_track track = p->cfg.track;
-  spool__buffer b = {.ptr = (uintptr_t)ptr, .size = size, .stream = stream};
-  if (track == SPOOL_TRACK_FULL) {
-    b.born = *site;
-    b.born_ns = spool__now_ns();
-  }
+  /* Keeping the caller's site costs a copy; only the age's clock read is left to track=full. */
+  spool__buffer b = {.ptr = (uintptr_t)ptr, .size = size, .stream = stream, .born = *site};
+  if (track == SPOOL_TRACK_FULL) b.born_ns = spool__now_ns();
   pthread_mutex_lock(&p->lock);
   b.seq = ++p->c.next_seq;
   if (track != SPOOL_TRACK_OFF) {
@@ -142,45 +140,61 @@ spool_status spool_alloc_tagged(spool_pool *pool, void **ptr, size_t size, cudaS
 
 /* ---- a free that must not reach the driver ------------------------------------------------ */
 
-typedef struct bad_free {
-  const spool__buffer *inside; /* own live buffer ptr points into */
-  const spool__buffer *freed;  /* own recent free of ptr */
-  spool__buffer inside_copy, freed_copy;
-} bad_free;
+/* What the pool itself knows of a pointer it refused, read in the same critical section as the
+ * failed removal, so that another thread handed the same address meanwhile cannot change the
+ * verdict. */
+typedef struct refusal {
+  bool inside, freed;
+  spool__buffer inside_buf; /* the live buffer ptr points into */
+  spool__buffer freed_buf;  /* the recent free of ptr */
+} refusal;
 
-static void look_up_own(spool_pool *p, uintptr_t ptr, bad_free *out) {
-  pthread_mutex_lock(&p->lock);
+static void classify_own(spool_pool *p, uintptr_t ptr, refusal *r) {
   p->c.bad_frees++;
   const spool__buffer *b = spool__table_containing(&p->live, ptr);
-  if (b) out->inside_copy = *b, out->inside = &out->inside_copy;
+  if (b) r->inside = true, r->inside_buf = *b;
   b = spool__table_find(&p->graves.freed, ptr);
-  if (b) out->freed_copy = *b, out->freed = &out->freed_copy;
-  pthread_mutex_unlock(&p->lock);
+  if (b) r->freed = true, r->freed_buf = *b;
 }
 
-static spool_status refuse_free(spool_pool *p, void *ptr, const spool__site *site) {
-  bad_free bf = {0};
-  char buf[512], here[SPOOL__SITE_TEXT], gone[SPOOL__SITE_TEXT];
+/* "; it was freed already at a.c:20 (allocation #4)", or "" */
+static const char *freed_note(const refusal *r, char *out, size_t len) {
+  char gone[SPOOL__SITE_TEXT];
+  out[0] = '\0';
+  if (r->freed)
+    snprintf(out, len, "; %p was freed already, at %s (allocation #%" PRIu64 ")",
+             (void *)r->freed_buf.ptr, spool__site_text(&r->freed_buf.died, gone, sizeof gone),
+             r->freed_buf.seq);
+  return out;
+}
+
+static spool_status refuse_free(spool_pool *p, void *ptr, const spool__site *site,
+                                const refusal *r) {
+  char buf[512], here[SPOOL__SITE_TEXT], note[SPOOL__SITE_TEXT + 64], gone[SPOOL__SITE_TEXT];
   uintptr_t u = (uintptr_t)ptr;
   spool__owner owner;
-  look_up_own(p, u, &bf);
   spool__site_text(site, here, sizeof here);
-  if (bf.inside)
+  freed_note(r, note, sizeof note);
+  if (r->inside)
     return spool__fail(SPOOL_ERR_INTERIOR_POINTER,
                        "%s: %p points %" PRIuPTR " bytes into buffer %s; free the buffer's start "
-                       "(this free at %s); nothing was freed", FREE, ptr, u - bf.inside->ptr,
-                       buffer_text(bf.inside, buf, sizeof buf), here);
-  if (spool__registry_owner(p, u, &owner))
+                       "(this free at %s)%s; nothing was freed", FREE, ptr, u - r->inside_buf.ptr,
+                       buffer_text(&r->inside_buf, buf, sizeof buf), here, note);
+  if (spool__registry_owner(p, u, &owner)) {
+    uintptr_t into = u - owner.buffer.ptr;
     return spool__fail(SPOOL_ERR_WRONG_POOL,
-                       "%s: %p belongs to another pool (%p on device %d): buffer %s; free it "
-                       "through that pool (this free at %s, to pool %p on device %d); nothing "
+                       "%s: %p belongs to another pool (%p on device %d)%s: buffer %s; free %s "
+                       "through that pool (this free at %s, to pool %p on device %d)%s; nothing "
                        "was freed", FREE, ptr, owner.pool, owner.device,
-                       buffer_text(&owner.buffer, buf, sizeof buf), here, (void *)p, p->device);
-  if (bf.freed)
+                       into ? ", pointing inside a buffer" : "",
+                       buffer_text(&owner.buffer, buf, sizeof buf),
+                       into ? "the buffer's start" : "it", here, (void *)p, p->device, note);
+  }
+  if (r->freed)
     return spool__fail(SPOOL_ERR_DOUBLE_FREE,
                        "%s: %p was already freed: buffer %s, freed at %s; this second free at %s; "
-                       "nothing was freed", FREE, ptr, buffer_text(bf.freed, buf, sizeof buf),
-                       spool__site_text(&bf.freed->died, gone, sizeof gone), here);
+                       "nothing was freed", FREE, ptr, buffer_text(&r->freed_buf, buf, sizeof buf),
+                       spool__site_text(&r->freed_buf.died, gone, sizeof gone), here);
   return spool__fail(SPOOL_ERR_UNKNOWN_POINTER,
                      "%s: %p was never allocated by this pool (%p on device %d), nor by another "
                      "live spool pool, or was freed too long ago for spool to remember (this "
@@ -201,41 +215,52 @@ static spool_status free_untracked(spool_pool *p, void *ptr, cudaStream_t stream
   return SPOOL_OK;
 }
 
+/* Under the pool's lock: poisons and frees b; on success buries it, on failure puts it back.
+ * The lock is held across the CUDA calls: once the driver has the memory back, another thread
+ * may be handed the same address and must find its slot empty; and if the driver refuses, the
+ * record goes back into the slot just vacated, which no other thread can take. */
+static cudaError_t release_locked(spool_pool *pool, spool__buffer *b, cudaStream_t stream,
+                                  const spool__site *site, const char **api) {
+  cudaError_t err = cudaSuccess;
+  if (pool->cfg.poison) {
+    err = cudaMemsetAsync((void *)b->ptr, POISON_FREED, (size_t)b->size, stream);
+    if (err != cudaSuccess) *api = "cudaMemsetAsync (poisoning the freed buffer)";
+  }
+  if (err == cudaSuccess) err = cudaFreeAsync((void *)b->ptr, stream);
+  if (err == cudaSuccess) {
+    count_free(&pool->c, b->size);
+    b->died = *site;
+    spool__grave_bury(&pool->graves, b);
+  } else {
+    (void)spool__table_insert(&pool->live, b); /* cannot fail: the removal left room */
+  }
+  return err;
+}
+
 static spool_status free_impl(spool_pool *pool, void *ptr, cudaStream_t stream,
                               const spool__site *site) {
   if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", FREE);
   if (!ptr) return SPOOL_OK;
   if (pool->cfg.track == SPOOL_TRACK_OFF) return free_untracked(pool, ptr, stream);
 
-  /* The lock is held across the CUDA calls: once the driver has the memory back, another thread
-   * may be handed the same address and must find its slot empty; and if the driver refuses,
-   * the record goes back into the slot just vacated, which no other thread can take. */
   spool__buffer b;
+  refusal r = {0};
   cudaError_t err = cudaSuccess;
   const char *api = "cudaFreeAsync";
   pthread_mutex_lock(&pool->lock);
   int found = spool__table_remove(&pool->live, (uintptr_t)ptr, &b);
-  if (found) {
-    if (pool->cfg.poison) {
-      err = cudaMemsetAsync(ptr, POISON_FREED, (size_t)b.size, stream);
-      if (err != cudaSuccess) api = "cudaMemsetAsync (poisoning the freed buffer)";
-    }
-    if (err == cudaSuccess) err = cudaFreeAsync(ptr, stream);
-    if (err == cudaSuccess) {
-      count_free(&pool->c, b.size);
-      if (pool->cfg.track == SPOOL_TRACK_FULL) b.died = *site;
-      spool__grave_bury(&pool->graves, &b);
-    } else {
-      (void)spool__table_insert(&pool->live, &b); /* cannot fail: the removal left room */
-    }
-  }
+  if (found) err = release_locked(pool, &b, stream, site, &api);
+  else classify_own(pool, (uintptr_t)ptr, &r);
   pthread_mutex_unlock(&pool->lock);
 
-  if (!found) return refuse_free(pool, ptr, site);
+  if (!found) return refuse_free(pool, ptr, site, &r);
   if (err == cudaSuccess) return SPOOL_OK;
   char text[512];
-  return spool__fail_cuda(err, api, "%s: %s on stream %p; it stays allocated", FREE,
-                          buffer_text(&b, text, sizeof text), (void *)stream);
+  /* A poisoning memset already queued cannot be taken back: say what the buffer holds now. */
+  bool poisoned = pool->cfg.poison && strcmp(api, "cudaFreeAsync") == 0;
+  return spool__fail_cuda(err, api, "%s: %s on stream %p; it stays allocated%s", FREE,
+                          buffer_text(&b, text, sizeof text), (void *)stream,
+                          poisoned ? ", but its contents are already overwritten with 0xDD" : "");
 }
 
 spool_status spool_free(spool_pool *pool, void *ptr, cudaStream_t stream) {

@@ -69,3 +69,11 @@ spool_status spool__device_meminfo(int device, size_t *free_bytes, size_t *total
     s = spool__fail_cuda(err, "cudaMemGetInfo", "%s of device %d", context, device);
   return spool__device_leave(device, saved, s, context);
 }
+
+bool spool__device_meminfo_quiet(int device, size_t *free_bytes, size_t *total_bytes) {
+  char kept[SPOOL__MESSAGE];
+  spool__save_error(kept);
+  bool ok = spool__device_meminfo(device, free_bytes, total_bytes) == SPOOL_OK;
+  spool__restore_error(kept);
+  return ok;
+}

@@ -185,6 +185,10 @@ spool_status spool__device_leave(int device, int saved, spool_status s, const ch
 /* cudaMemGetInfo for device, keeping the calling thread's current device. */
 spool_status spool__device_meminfo(int device, size_t *free_bytes, size_t *total_bytes);
 
+/* The same for figures that are nice to have (reports, messages): true when they were read;
+ * a failure leaves this thread's message as it was. */
+bool spool__device_meminfo_quiet(int device, size_t *free_bytes, size_t *total_bytes);
+
 /* ---- oom.c: what an allocation does when the device is out of memory ------------------------ */
 
 /* Called after cudaMallocFromPoolAsync failed with cudaErrorMemoryAllocation: gives back what

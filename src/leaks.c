@@ -9,15 +9,16 @@
 
 /* ---- grouping ------------------------------------------------------------------------------ */
 
-static int same_site(const spool__site *a, const spool__site *b) {
-  if (a->line != b->line) return 0;
-  if ((a->file == NULL) != (b->file == NULL) || (a->tag == NULL) != (b->tag == NULL)) return 0;
-  return (!a->file || strcmp(a->file, b->file) == 0) && (!a->tag || strcmp(a->tag, b->tag) == 0);
+/* NULL sorts before any string, so that a NULL and an empty tag are two sites, as they read. */
+static int text_order(const char *a, const char *b) {
+  if (!a || !b) return (a != NULL) - (b != NULL);
+  return strcmp(a, b);
 }
 
+/* The one order of sites; two sites are the same exactly when it says 0. */
 static int site_order(const spool__site *a, const spool__site *b) {
-  int c = strcmp(a->tag ? a->tag : "", b->tag ? b->tag : "");
-  if (c == 0) c = strcmp(a->file ? a->file : "", b->file ? b->file : "");
+  int c = text_order(a->tag, b->tag);
+  if (c == 0) c = text_order(a->file, b->file);
   if (c == 0) c = (a->line > b->line) - (a->line < b->line);
   return c;
 }
@@ -33,16 +34,21 @@ typedef struct group {
   uint64_t bytes;
 } group;
 
+/* Biggest group first; ties by more buffers, then by the order of the sorted runs, so that the
+ * same leaks always print in the same order. */
 static int by_bytes_desc(const void *x, const void *y) {
   const group *a = x, *b = y;
-  return (a->bytes < b->bytes) - (a->bytes > b->bytes);
+  if (a->bytes != b->bytes) return (a->bytes < b->bytes) - (a->bytes > b->bytes);
+  if (a->n != b->n) return (a->n < b->n) - (a->n > b->n);
+  return (a->first > b->first) - (a->first < b->first);
 }
 
 /* Splits the sorted buffers into runs of one site each; returns how many. */
 static size_t make_groups(const spool__buffer *bufs, size_t n, group *groups) {
   size_t g = 0;
   for (size_t i = 0; i < n; i++) {
-    if (i == 0 || !same_site(&bufs[i].born, &bufs[i - 1].born)) groups[g++] = (group){i, 0, 0};
+    if (i == 0 || site_order(&bufs[i].born, &bufs[i - 1].born) != 0)
+      groups[g++] = (group){i, 0, 0};
     groups[g - 1].n++;
     groups[g - 1].bytes += bufs[i].size;
   }
@@ -191,12 +197,17 @@ spool_status spool__free_leaks(spool_pool *pool) {
   if (pool->cfg.track == SPOOL_TRACK_OFF) {
     fprintf(out, "spool: pool %p on device %d destroyed with %" PRIu64 " live buffers; "
                  "track=off: spool can neither list nor free them\n", (void *)pool, pool->device, n);
-  } else if (spool__leak_report(pool, out, ctx) != SPOOL_OK) {
+  } else if (spool__leak_report(pool, out, ctx) == SPOOL_ERR_HOST_OOM) {
+    /* No memory to sort: list them as they lie. (After a write error, writing more is moot.) */
+    fprintf(out, "spool: leak report, pool %p on device %d: %" PRIu64 " live buffers, unsorted:\n",
+            (void *)pool, pool->device, n);
     spool__table_each(&pool->live, print_buffer_plain, out);
   }
   if (close_it && fclose(out) != 0) fprintf(stderr, "spool: closing the leak report failed\n");
   spool_status s = pool->cfg.track == SPOOL_TRACK_OFF ? SPOOL_OK : free_all(pool);
-  if (s != SPOOL_OK) return s;
+  if (s != SPOOL_OK)
+    return spool__append(s, "; %" PRIu64 " leaked buffer%s (see the leak report) could not be "
+                         "freed and stay allocated", n, n == 1 ? "" : "s");
   return spool__fail(SPOOL_ERR_LEAKS,
                      "%s: %" PRIu64 " buffer%s still allocated on device %d (see the leak "
                      "report); %s", ctx, n, n == 1 ? " was" : "s were", pool->device,

@@ -10,16 +10,27 @@
  * 4. Then ask the user's handler, at most SPOOL_OOM_HANDLER_CALLS times, while it says "try
  *    again".
  * 5. Then fail with SPOOL_ERR_OOM and the numbers.
- * No lock is held while CUDA or the handler runs. */
+ * No lock is held while CUDA or the handler runs. The synchronize is skipped while the stream is
+ * being captured into a graph, where it would invalidate the capture. */
 #include "internal.h"
 
 #include <inttypes.h>
 
 static const char ALLOC[] = "spool_alloc";
 
+/* A device synchronize is illegal while the stream is being captured into a graph. */
+static bool capturing(cudaStream_t stream) {
+  enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
+    spool__clear_cuda_error();
+    return true; /* cannot tell: do not risk invalidating a capture */
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
 /* Trims every pool on the device, this one first. Failures are not fatal: the retry decides. */
-static void give_back(spool_pool *p, bool synchronize) {
-  if (synchronize) {
+static void give_back(spool_pool *p, cudaStream_t stream, bool synchronize) {
+  if (synchronize && !capturing(stream)) {
     int saved = 0;
     spool_status s = spool__device_enter(p->device, &saved, ALLOC);
     if (s == SPOOL_OK && cudaDeviceSynchronize() != cudaSuccess) spool__clear_cuda_error();
@@ -39,9 +50,9 @@ static void count(spool_pool *p, uint64_t *counter) {
  * failure with its message. The stats count allocations, not tries: the first try again of an
  * allocation counts it as retried. */
 static spool_status try_again(spool_pool *p, void **out, size_t size, cudaStream_t stream,
-                              bool *retried) {
-  if (!*retried) count(p, &p->c.oom_retries);
-  *retried = true;
+                              unsigned *tries) {
+  if (*tries == 0) count(p, &p->c.oom_retries);
+  ++*tries;
   cudaError_t err = cudaMallocFromPoolAsync(out, size, p->handle, stream);
   if (err == cudaSuccess) {
     count(p, &p->c.oom_recoveries);
@@ -57,7 +68,7 @@ static spool_status try_again(spool_pool *p, void **out, size_t size, cudaStream
 }
 
 static spool_status ask_handler(spool_pool *p, void **out, size_t size, cudaStream_t stream,
-                                bool *retried) {
+                                unsigned *tries) {
   spool_status s = SPOOL_ERR_OOM;
   for (int i = 0; i < SPOOL_OOM_HANDLER_CALLS && s == SPOOL_ERR_OOM; i++) {
     pthread_mutex_lock(&p->lock);
@@ -66,46 +77,46 @@ static spool_status ask_handler(spool_pool *p, void **out, size_t size, cudaStre
     if (fn) p->c.oom_handler_calls++;
     pthread_mutex_unlock(&p->lock);
     if (!fn || !fn(p, size, stream, user)) break;
-    s = try_again(p, out, size, stream, retried);
+    s = try_again(p, out, size, stream, tries);
   }
   return s;
 }
 
-static spool_status describe(spool_pool *p, size_t asked, cudaStream_t stream) {
-  char a[SPOOL__SIZE_TEXT], u[SPOOL__SIZE_TEXT], r[SPOOL__SIZE_TEXT] = "?";
+static spool_status describe(spool_pool *p, size_t asked, cudaStream_t stream, unsigned tries) {
+  char a[SPOOL__SIZE_TEXT], u[SPOOL__SIZE_TEXT] = "?", r[SPOOL__SIZE_TEXT] = "?";
   char l[SPOOL__SIZE_TEXT] = "none", f[SPOOL__SIZE_TEXT] = "?", t[SPOOL__SIZE_TEXT] = "?";
   uint64_t reserved = 0;
   size_t free_b = 0, total_b = 0;
   pthread_mutex_lock(&p->lock);
   uint64_t in_use = p->c.bytes_in_use, buffers = p->c.buffers_in_use;
   pthread_mutex_unlock(&p->lock);
+  if (p->cfg.track != SPOOL_TRACK_OFF) spool__format_size(in_use, u); /* else not kept */
   cudaError_t err = cudaMemPoolGetAttribute(p->handle, cudaMemPoolAttrReservedMemCurrent, &reserved);
   if (err == cudaSuccess) spool__format_size(reserved, r);
-  if (spool__device_meminfo(p->device, &free_b, &total_b) == SPOOL_OK) {
+  else spool__clear_cuda_error(); /* the figures are best effort */
+  if (spool__device_meminfo_quiet(p->device, &free_b, &total_b)) {
     spool__format_size(free_b, f);
     spool__format_size(total_b, t);
   }
-  spool__clear_cuda_error(); /* the figures are best effort */
   if (p->cfg.max_size != 0 && p->cfg.max_size != UINT64_MAX) spool__format_size(p->cfg.max_size, l);
   return spool__fail(SPOOL_ERR_OOM,
                      "%s: out of device memory: asked %s on stream %p, device %d, after %u "
                      "retr%s; the pool holds %s in use in %" PRIu64 " buffers and %s reserved "
                      "(limit %s); the device has %s free of %s",
-                     ALLOC, spool__format_size(asked, a), (void *)stream, p->device,
-                     p->cfg.oom_retries, p->cfg.oom_retries == 1 ? "y" : "ies",
-                     spool__format_size(in_use, u), buffers, r, l, f, t);
+                     ALLOC, spool__format_size(asked, a), (void *)stream, p->device, tries,
+                     tries == 1 ? "y" : "ies", u, buffers, r, l, f, t);
 }
 
 spool_status spool__alloc_after_oom(spool_pool *pool, void **out, size_t size,
                                     cudaStream_t stream) {
   spool_status s = SPOOL_ERR_OOM;
-  bool retried = false;
+  unsigned tries = 0;
   for (unsigned i = 0; i < pool->cfg.oom_retries && s == SPOOL_ERR_OOM; i++) {
-    give_back(pool, i > 0);
-    s = try_again(pool, out, size, stream, &retried);
+    give_back(pool, stream, i > 0);
+    s = try_again(pool, out, size, stream, &tries);
   }
-  if (s == SPOOL_ERR_OOM) s = ask_handler(pool, out, size, stream, &retried);
-  if (s == SPOOL_ERR_OOM) return describe(pool, size, stream);
+  if (s == SPOOL_ERR_OOM) s = ask_handler(pool, out, size, stream, &tries);
+  if (s == SPOOL_ERR_OOM) return describe(pool, size, stream, tries);
   return s;
 }
 

@@ -128,13 +128,13 @@ static void report_device(const spool_pool *p, FILE *out) {
   size_t free_b = 0, total_b = 0;
   char f[SPOOL__SIZE_TEXT], t[SPOOL__SIZE_TEXT];
   char kept[SPOOL__MESSAGE];
-  spool__save_error(kept);
+  spool__save_error(kept); /* the report succeeds: the caller's last failure must stay */
   if (spool__device_meminfo(p->device, &free_b, &total_b) == SPOOL_OK)
     fprintf(out, "  device:    %s free of %s (cudaMemGetInfo)\n", spool__format_size(free_b, f),
             spool__format_size(total_b, t));
   else /* the report still has value without this line: say why it is missing */
     fprintf(out, "  device:    cudaMemGetInfo unavailable: %s\n", spool_last_error());
-  spool__restore_error(kept); /* the report succeeds: the caller's last failure stays */
+  spool__restore_error(kept);
 }
 
 static const char *device_name(int device, struct cudaDeviceProp *prop) {
@@ -211,15 +211,12 @@ static void write_json(json_out *j, const spool_stats *st, int device, bool have
 spool_status spool_stats_json(spool_pool *pool, char *buf, size_t len) {
   static const char ctx[] = "spool_stats_json";
   if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", ctx);
-  if (!buf) return spool__fail(SPOOL_ERR_INVALID, "%s: buf is NULL", ctx);
+  if (!buf && len) return spool__fail(SPOOL_ERR_INVALID, "%s: buf is NULL, len %zu", ctx, len);
   spool_stats st;
   spool_status s = snapshot(pool, &st, ctx);
   if (s != SPOOL_OK) return s;
-  size_t free_b = 0, total_b = 0;
-  char kept[SPOOL__MESSAGE];
-  spool__save_error(kept);
-  bool have_mem = spool__device_meminfo(pool->device, &free_b, &total_b) == SPOOL_OK;
-  spool__restore_error(kept); /* unavailable figures are written as null, not a failure */
+  size_t free_b = 0, total_b = 0; /* unavailable figures are written as null, not a failure */
+  bool have_mem = spool__device_meminfo_quiet(pool->device, &free_b, &total_b);
   json_out j = {buf, len, 0};
   write_json(&j, &st, pool->device, have_mem, free_b, total_b);
   if (j.used < len) return SPOOL_OK;

@@ -208,6 +208,6 @@ uint64_t spool__now_ns(void) {
 const char *spool__site_text(const spool__site *s, char *out, size_t len) {
   if (s->tag) snprintf(out, len, "tag '%s'", s->tag);
   else if (s->file) snprintf(out, len, "%s:%d", s->file, s->line);
-  else snprintf(out, len, "an unknown site (SPOOL_ALLOC and SPOOL_FREE with track=full record it)");
+  else snprintf(out, len, "an unknown site (SPOOL_ALLOC and SPOOL_FREE record it)");
   return out;
 }

@@ -107,11 +107,12 @@ typedef enum spool_pool_source {
 typedef enum spool_track {
   SPOOL_TRACK_OFF = 0,    /* `off`: counts of buffers only; frees go to the driver unchecked,
                              bytes_in_use stays 0, leaks are counted but cannot be listed */
-  SPOOL_TRACK_COUNTS = 1, /* `counts` (default): a table of live buffers (size, stream, number) and
-                             of recent frees: double frees, foreign and interior pointers are
-                             caught before they reach the driver, leaks are listed and freed */
-  SPOOL_TRACK_FULL = 2,   /* `full`: counts, plus the call site or tag and time of every
-                             allocation and the call site of every free, for the messages */
+  SPOOL_TRACK_COUNTS = 1, /* `counts` (default): a table of live buffers (size, stream, number,
+                             call site or tag) and of recent frees (where freed): double frees,
+                             foreign and interior pointers are caught before they reach the
+                             driver, leaks are listed and freed */
+  SPOOL_TRACK_FULL = 2,   /* `full`: counts, plus the time of every allocation, so that the leak
+                             report gives each buffer's age (a clock read per allocation) */
 } spool_track;
 
 #define SPOOL_REPORT_PATH_MAX 1024 /* longest `report` path, NUL included */
@@ -219,7 +220,9 @@ SPOOL_EXPORT spool_status spool_pool_adopt(spool_pool **pool, cudaMemPool_t hand
 /* Destroys the pool. Buffers still allocated are leaks: the leak report (see spool_leaks) is
  * appended to the file named by cfg.report, else by the environment variable SPOOL_REPORT, else
  * written to stderr; then all are freed after a device synchronize (their streams may be gone;
- * with track=off spool cannot free them), and the call returns SPOOL_ERR_LEAKS. An own pool is
+ * with track=off spool cannot free them), and the call returns SPOOL_ERR_LEAKS (or
+ * SPOOL_ERR_CUDA when CUDA refused to synchronize or free: the message then says how many
+ * leaked buffers stay allocated). An own pool is
  * then destroyed with cudaMemPoolDestroy; an adopted one is left to its owner. NULL: SPOOL_OK,
  * nothing done. Returns SPOOL_OK, SPOOL_ERR_LEAKS, SPOOL_ERR_CUDA; the pool is gone in every
  * case. Not thread safe with other calls on the same pool: no other thread may use it
@@ -243,22 +246,29 @@ SPOOL_EXPORT const spool_config *spool_pool_config(const spool_pool *pool);
 /* Allocates size bytes for use on stream, in stream order (cudaMallocFromPoolAsync): the memory
  * may be used by work queued on stream after this call, and by other streams once they wait for
  * it. The pointer is aligned to at least 256 bytes. size 0 gives *ptr = NULL and SPOOL_OK.
+ * When the device is out of memory, the allocation first gives back what it can (see
+ * spool_oom_fn and the README): it trims this pool and the other spool pools on the device to
+ * what they use, synchronizes the device before later retries (not while stream is being
+ * captured), and may call the out-of-memory handler. These effects stay even when the
+ * allocation fails in the end; they are the named exception to "a failed call leaves the pool
+ * as it was". With poison=on the new buffer is filled with 0xA5 on stream.
  * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool or ptr NULL); SPOOL_ERR_OOM (the message gives the
- * size asked, the pool's in-use and reserved bytes, its limit, and the device's free and total
- * memory); SPOOL_ERR_CUDA (another CUDA failure, e.g. an invalid stream); SPOOL_ERR_HOST_OOM.
- * On failure *ptr is NULL. Thread safe. The caller owns *ptr and returns it with spool_free. */
+ * size asked, the pool's in-use and reserved bytes, its limit, the device's free and total
+ * memory, and the retries made); SPOOL_ERR_CUDA (another CUDA failure, e.g. an invalid
+ * stream); SPOOL_ERR_HOST_OOM. On failure *ptr is NULL. Thread safe. The caller owns *ptr and
+ * returns it with spool_free. */
 SPOOL_EXPORT spool_status spool_alloc(spool_pool *pool, void **ptr, size_t size,
                                       cudaStream_t stream);
 
-/* spool_alloc that records where it was called from (with track=full; free otherwise), for the
- * leak report and for messages about the buffer. file must outlive the buffer (__FILE__ does).
+/* spool_alloc that records where it was called from (with track=counts or full; ignored with
+ * off), for the leak report and for messages about the buffer. file must outlive the buffer (__FILE__ does).
  * Use it through SPOOL_ALLOC. Returns what spool_alloc returns. Thread safe. */
 SPOOL_EXPORT spool_status spool_alloc_at(spool_pool *pool, void **ptr, size_t size,
                                          cudaStream_t stream, const char *file, int line);
 #define SPOOL_ALLOC(pool, ptr, size, stream)                                                      \
   spool_alloc_at((pool), (ptr), (size), (stream), __FILE__, __LINE__)
 
-/* spool_alloc that names the buffer with the caller's tag (with track=full) in the leak report
+/* spool_alloc that names the buffer with the caller's tag (track=counts or full) in the leak report
  * and in messages. spool keeps the pointer, not a copy: tag must outlive the buffer (a string
  * literal does). Returns what spool_alloc returns. Thread safe. */
 SPOOL_EXPORT spool_status spool_alloc_tagged(spool_pool *pool, void **ptr, size_t size,
@@ -273,10 +283,13 @@ SPOOL_EXPORT spool_status spool_alloc_tagged(spool_pool *pool, void **ptr, size_
  * SPOOL_ERR_DOUBLE_FREE (freed already, among the pool's last 4096 frees),
  * SPOOL_ERR_WRONG_POOL (a live buffer of another spool pool), SPOOL_ERR_INTERIOR_POINTER
  * (inside a live buffer of this pool), SPOOL_ERR_UNKNOWN_POINTER (none of these); with
- * track=off the driver judges ptr; SPOOL_ERR_CUDA (ptr stays allocated). Thread safe. */
+ * track=off the driver judges ptr; SPOOL_ERR_CUDA (ptr stays allocated; with poison=on its
+ * contents may already be overwritten with 0xDD, which the message says). A pointer freed
+ * already whose address another thread is being handed at the same moment may be reported as
+ * unknown rather than freed twice; nothing is freed either way. Thread safe. */
 SPOOL_EXPORT spool_status spool_free(spool_pool *pool, void *ptr, cudaStream_t stream);
 
-/* spool_free that records where it was called from (with track=full), so that a later double
+/* spool_free that records where it was called from (track=counts or full), so that a later double
  * free can say where the first free was. file must outlive the pool's memory of the free
  * (__FILE__ does). Use it through SPOOL_FREE. Returns what spool_free returns. Thread safe. */
 SPOOL_EXPORT spool_status spool_free_at(spool_pool *pool, void *ptr, cudaStream_t stream,
@@ -353,9 +366,9 @@ SPOOL_EXPORT spool_status spool_report(spool_pool *pool, FILE *out);
 
 /* Writes the stats as one JSON object into buf (len bytes, NUL-terminated): the keys are the
  * spool_stats field names (size excluded), plus "device", "device_free" and "device_total"
- * (cudaMemGetInfo; null when it fails). Returns SPOOL_OK; SPOOL_ERR_INVALID (pool or buf NULL,
- * or len too small: the message gives the size needed, and buf holds "" when len > 0);
- * SPOOL_ERR_CUDA. Thread safe. */
+ * (cudaMemGetInfo; null when it fails). buf NULL with len 0 asks for the size only.
+ * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool NULL, buf NULL with len > 0, or len too small: the
+ * message gives the size needed, and buf holds "" when len > 0); SPOOL_ERR_CUDA. Thread safe. */
 SPOOL_EXPORT spool_status spool_stats_json(spool_pool *pool, char *buf, size_t len);
 
 /* Writes the leak report: every live buffer (size, stream, call site or tag, allocation number,
