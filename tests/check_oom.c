@@ -496,6 +496,35 @@ START_TEST(json_len_too_small) {
 }
 END_TEST
 
+/* buf NULL with len 0 asks for the size: SPOOL_ERR_INVALID, nothing written, and the number in
+ * the message is exactly what the JSON takes, its NUL included; a buffer of that size works. */
+START_TEST(json_size_query) {
+  spool_pool *pool = test_pool_create(NULL);
+  void *a = alloc_ok(pool, 2 * MiB, NULL);
+  CK_CUDA(cudaDeviceSynchronize());
+  char *json = stats_json(pool);
+  size_t needed = strlen(json) + 1;
+  CK_STATUS(spool_stats_json(pool, NULL, 0), SPOOL_ERR_INVALID);
+  CK_MSG_HAS("spool_stats_json");
+  CK_MSG_HAS("the JSON needs");
+  ck_assert_msg(needed_from_message() == needed, "message \"%s\", the JSON is %zu bytes: %s",
+                spool_last_error(), needed - 1, json);
+  /* Asking again gives the same answer; then a buffer of exactly that size takes it. */
+  CK_STATUS(spool_stats_json(pool, NULL, 0), SPOOL_ERR_INVALID);
+  ck_assert_uint_eq(needed_from_message(), needed);
+  char *buf = malloc(needed + 1);
+  ck_assert_ptr_nonnull(buf);
+  memset(buf, 'X', needed + 1);
+  CK_SPOOL(spool_stats_json(pool, buf, needed));
+  ck_assert_str_eq(buf, json);
+  ck_assert_int_eq(buf[needed], 'X');
+  free(buf);
+  free(json);
+  CK_SPOOL(spool_free(pool, a, NULL));
+  test_pool_destroy(pool);
+}
+END_TEST
+
 START_TEST(json_null_arguments) {
   char buf[64];
   CK_STATUS(spool_stats_json(NULL, buf, sizeof buf), SPOOL_ERR_INVALID);
@@ -1025,6 +1054,7 @@ static Suite *oom_suite(void) {
   tcase_add_test(tc, json_matches_stats);
   tcase_add_test(tc, json_len_too_small);
   tcase_add_test(tc, json_null_arguments);
+  tcase_add_test(tc, json_size_query);
   suite_add_tcase(s, tc);
 
 #ifdef SPOOL_TEST_SIM

@@ -502,6 +502,247 @@ START_TEST(threads_pool_each) {
 }
 END_TEST
 
+/* ---- two pools' locks at once ------------------------------------------------------------------
+ * For the TSan gate: every path that holds a pool's lock and then another's, or the registry's
+ * lock and then a pool's, at the same time as the others. Two threads free each other's buffers
+ * through the wrong pool (refused: the refusal walks the registry and locks the other pool,
+ * while that pool's own thread allocates and frees in it), then through the right one; a third
+ * thread creates and destroys a pool over and over (the registry changes under the walks), and
+ * frees through it and into it the wrong way; (sim only) a fourth allocates on a full device, so
+ * that the out-of-memory path trims every pool of the device (registry, then pool handles) and
+ * calls a handler that frees and trims. Everything is counted, so the counters are exact. */
+#define XP_ROUNDS 40
+#define XP_BUFS 16
+#define XP_THIRD_MIN 20   /* rounds of the third pool at least ... */
+#define XP_THIRD_MAX 400  /* ... and at most */
+#define XP_OOM_ROUNDS 40
+#define XP_OOM_SIZE (2 * MiB)
+
+typedef struct xpool {
+  shared *sh; /* the first failure; own[0..2]: the streams of pools 0, 1 and the third */
+  spool_pool *pool[2];
+  void *pinned[2];                 /* live in pool i from start to end */
+  void *bufs[2][XP_BUFS];          /* this round's buffers of pool i */
+  pthread_barrier_t barrier;       /* the two cross threads */
+  atomic_int busy;                 /* cross and OOM threads still running */
+  unsigned long long third_wrong[2]; /* refused frees the third thread made through pool i */
+  unsigned long long third_rounds;
+  /* sim: the OOM thread */
+  spool_pool *full;                /* on device 1, which has room for 2 of its buffers */
+  cudaStream_t full_stream;
+  void *held[2];
+  int handler_slot;                /* the buffer the handler gives back next */
+  int handler_calls;
+} xpool;
+
+/* In a thread that must go on (the other thread waits at a barrier): record, do not return. */
+#define X_CHECK(sh, cond, ...)                                                                  \
+  do {                                                                                        \
+    if (!(cond)) record((sh), __LINE__, __VA_ARGS__);                                         \
+  } while (0)
+#define X_STATUS(sh, call, want)                                                              \
+  do {                                                                                        \
+    spool_status x_st_ = (call);                                                              \
+    X_CHECK(sh, x_st_ == (want), "%s returned %s, expected %s", #call,                        \
+            spool_status_name(x_st_), spool_status_name(want));                               \
+  } while (0)
+
+static size_t xp_size(int k) { return 512 + (size_t)k * 256; }
+
+typedef struct xp_arg {
+  xpool *x;
+  int id;
+} xp_arg;
+
+static void *xp_cross(void *arg) {
+  xp_arg *a = arg;
+  xpool *x = a->x;
+  shared *sh = x->sh;
+  int me = a->id, other = 1 - me;
+  cudaStream_t mine = sh->own[me], theirs = sh->own[other];
+  for (int r = 0; r < XP_ROUNDS; r++) {
+    for (int k = 0; k < XP_BUFS; k++) {
+      x->bufs[me][k] = NULL;
+      X_STATUS(sh, spool_alloc(x->pool[me], &x->bufs[me][k], xp_size(k), mine), SPOOL_OK);
+    }
+    pthread_barrier_wait(&x->barrier);
+    /* The other pool's buffers: refused by this pool (start and inside), then freed by theirs
+     * on the stream they were allocated on, while the other thread does the same to ours. */
+    for (int k = 0; k < XP_BUFS; k++) {
+      char *b = x->bufs[other][k];
+      X_STATUS(sh, spool_free(x->pool[me], b, mine), SPOOL_ERR_WRONG_POOL);
+      X_STATUS(sh, spool_free(x->pool[me], b + xp_size(k) - 1, mine), SPOOL_ERR_WRONG_POOL);
+      X_STATUS(sh, spool_free(x->pool[other], b, theirs), SPOOL_OK);
+    }
+    pthread_barrier_wait(&x->barrier);
+  }
+  atomic_fetch_sub(&x->busy, 1);
+  return NULL;
+}
+
+/* A pool created, used the wrong way round, and destroyed, again and again. */
+static int xp_third_round(xpool *x, unsigned long long r) {
+  shared *sh = x->sh;
+  cudaStream_t s = sh->own[2];
+  spool_config cfg;
+  spool_config_init(&cfg);
+  cfg.track = r % 2 ? SPOOL_TRACK_FULL : SPOOL_TRACK_COUNTS;
+  spool_pool *c = NULL;
+  T_SPOOL(sh, spool_pool_create(&c, &cfg));
+  void *b = NULL;
+  T_SPOOL(sh, spool_alloc(c, &b, 4096, s));
+  spool_status st = spool_free(c, x->pinned[r % 2], s);
+  T_CHECK(sh, st == SPOOL_ERR_WRONG_POOL, "pinned buffer through the third pool: %s",
+          spool_status_name(st));
+  st = spool_free(c, (char *)x->pinned[(r + 1) % 2] + 8, s);
+  T_CHECK(sh, st == SPOOL_ERR_WRONG_POOL, "inside the pinned buffer through the third pool: %s",
+          spool_status_name(st));
+  /* The third pool's buffer through pool 0 or 1: their lock, then the registry and this one's. */
+  st = spool_free(x->pool[r % 2], b, s);
+  T_CHECK(sh, st == SPOOL_ERR_WRONG_POOL, "third pool's buffer through pool %d: %s", (int)(r % 2),
+          spool_status_name(st));
+  x->third_wrong[r % 2]++;
+  T_SPOOL(sh, spool_free(c, b, s));
+  T_SPOOL(sh, spool_pool_destroy(c));
+  return 0;
+}
+
+static void *xp_third(void *arg) {
+  xpool *x = arg;
+  for (unsigned long long r = 0; r < XP_THIRD_MAX && !has_failed(x->sh); r++) {
+    if (r >= XP_THIRD_MIN && atomic_load(&x->busy) == 0) break;
+    if (xp_third_round(x, r) != 0) break;
+    x->third_rounds = r + 1;
+  }
+  return NULL;
+}
+
+#ifdef SPOOL_TEST_SIM
+/* Gives back the older of the two buffers held and trims; no asserts here (spool runs it). */
+static int xp_handler(spool_pool *pool, size_t bytes, cudaStream_t stream, void *user) {
+  xpool *x = user;
+  x->handler_calls++;
+  void **slot = &x->held[x->handler_slot];
+  X_CHECK(x->sh, bytes == XP_OOM_SIZE, "handler asked for %zu bytes", bytes);
+  X_STATUS(x->sh, spool_free(pool, *slot, stream), SPOOL_OK);
+  *slot = NULL;
+  X_STATUS(x->sh, spool_trim(pool, 0), SPOOL_OK);
+  return 1;
+}
+
+static void *xp_oom(void *arg) {
+  xpool *x = arg;
+  for (int r = 0; r < XP_OOM_ROUNDS && !has_failed(x->sh); r++) {
+    void *z = NULL;
+    spool_status st = spool_alloc(x->full, &z, XP_OOM_SIZE, x->full_stream);
+    X_CHECK(x->sh, st == SPOOL_OK && z != NULL, "round %d: allocation after the handler: %s", r,
+            spool_status_name(st));
+    x->held[x->handler_slot] = z;
+    x->handler_slot = 1 - x->handler_slot;
+  }
+  atomic_fetch_sub(&x->busy, 1);
+  return NULL;
+}
+#endif
+
+START_TEST(threads_two_pools_locks) {
+#ifdef SPOOL_TEST_SIM
+  cudasim_set_device_count(2);
+  cudasim_set_capacity(1, 2 * XP_OOM_SIZE);
+#endif
+  xpool *x = calloc(1, sizeof *x);
+  shared *sh = calloc(1, sizeof *sh);
+  ck_assert_ptr_nonnull(x);
+  ck_assert_ptr_nonnull(sh);
+  shared_init(sh, NULL);
+  x->sh = sh;
+  spool_config cfg = test_config();
+  cfg.track = SPOOL_TRACK_COUNTS;
+  x->pool[0] = test_pool_create(&cfg);
+  cfg.track = SPOOL_TRACK_FULL;
+  x->pool[1] = test_pool_create(&cfg);
+  for (int i = 0; i < 2; i++) CK_SPOOL(spool_alloc(x->pool[i], &x->pinned[i], 4096, sh->own[i]));
+  ck_assert_int_eq(pthread_barrier_init(&x->barrier, NULL, 2), 0);
+  int threads = 2;
+#ifdef SPOOL_TEST_SIM
+  spool_config fc = test_config();
+  fc.device = 1;
+  fc.track = SPOOL_TRACK_COUNTS;
+  x->full = test_pool_create(&fc);
+  CK_CUDA(cudaSetDevice(1));
+  x->full_stream = test_stream_create();
+  CK_CUDA(cudaSetDevice(0));
+  for (int i = 0; i < 2; i++)
+    CK_SPOOL(spool_alloc(x->full, &x->held[i], XP_OOM_SIZE, x->full_stream));
+  void *none = TEST_SENTINEL; /* the device is full now */
+  CK_STATUS(spool_alloc(x->full, &none, XP_OOM_SIZE, x->full_stream), SPOOL_ERR_OOM);
+  ck_assert_ptr_null(none);
+  CK_SPOOL(spool_set_oom_handler(x->full, xp_handler, x));
+  threads++;
+#endif
+  atomic_store(&x->busy, threads);
+
+  pthread_t cross[2], third;
+  xp_arg ca[2] = {{x, 0}, {x, 1}};
+  for (int i = 0; i < 2; i++)
+    ck_assert_int_eq(pthread_create(&cross[i], NULL, xp_cross, &ca[i]), 0);
+  ck_assert_int_eq(pthread_create(&third, NULL, xp_third, x), 0);
+#ifdef SPOOL_TEST_SIM
+  pthread_t oom;
+  ck_assert_int_eq(pthread_create(&oom, NULL, xp_oom, x), 0);
+  ck_assert_int_eq(pthread_join(oom, NULL), 0);
+#endif
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(pthread_join(cross[i], NULL), 0);
+  ck_assert_int_eq(pthread_join(third, NULL), 0);
+  pthread_barrier_destroy(&x->barrier);
+  ck_assert_msg(!sh->failed, "%s", sh->error);
+  ck_assert_uint_ge(x->third_rounds, XP_THIRD_MIN);
+  ck_assert_uint_eq(x->third_wrong[0] + x->third_wrong[1], x->third_rounds);
+
+  const uint64_t n = (uint64_t)XP_ROUNDS * XP_BUFS;
+  uint64_t bytes = 4096;
+  for (int k = 0; k < XP_BUFS; k++) bytes += (uint64_t)XP_ROUNDS * xp_size(k);
+  for (int i = 0; i < 2; i++) {
+    spool_stats st = test_stats(x->pool[i]);
+    ck_assert_uint_eq(st.allocs, n + 1);
+    ck_assert_uint_eq(st.frees, n);
+    ck_assert_uint_eq(st.buffers_in_use, 1);
+    ck_assert_uint_eq(st.bytes_in_use, 4096);
+    ck_assert_uint_eq(st.bytes_allocated, bytes);
+    ck_assert_uint_eq(st.bad_frees, 2 * n + x->third_wrong[i]);
+    ck_assert_uint_eq(st.alloc_failures, 0);
+    CK_SPOOL(spool_free(x->pool[i], x->pinned[i], sh->own[i]));
+    CK_CUDA(cudaStreamSynchronize(sh->own[i]));
+    test_pool_destroy(x->pool[i]); /* SPOOL_OK: no leaks */
+  }
+#ifdef SPOOL_TEST_SIM
+  ck_assert_int_eq(x->handler_calls, XP_OOM_ROUNDS);
+  spool_stats st = test_stats(x->full);
+  ck_assert_uint_eq(st.allocs, 2 + XP_OOM_ROUNDS);
+  ck_assert_uint_eq(st.frees, XP_OOM_ROUNDS);
+  ck_assert_uint_eq(st.buffers_in_use, 2);
+  ck_assert_uint_eq(st.bytes_in_use, 2 * XP_OOM_SIZE);
+  ck_assert_uint_eq(st.oom_handler_calls, XP_OOM_ROUNDS);
+  ck_assert_uint_eq(st.oom_retries, 1 + XP_OOM_ROUNDS);    /* the one that failed above too */
+  ck_assert_uint_eq(st.oom_recoveries, XP_OOM_ROUNDS);
+  ck_assert_uint_eq(st.ooms, 1);
+  ck_assert_uint_eq(st.alloc_failures, 1);
+  ck_assert_uint_eq(st.trims, XP_OOM_ROUNDS);
+  ck_assert_uint_eq(st.bad_frees, 0);
+  for (int i = 0; i < 2; i++) CK_SPOOL(spool_free(x->full, x->held[i], x->full_stream));
+  test_stream_destroy(x->full_stream);
+  test_pool_destroy(x->full);
+#endif
+  shared_fini(sh);
+  free(sh);
+  free(x);
+#ifdef SPOOL_TEST_SIM
+  ck_assert_int_eq(cudasim_live_allocations(), 0);
+  ck_assert_int_eq(cudasim_pool_count(), 0);
+#endif
+}
+END_TEST
+
 static Suite *threads_suite(void) {
   Suite *s = suite_create("threads");
   TCase *tc = test_tcase("threads");
@@ -509,6 +750,7 @@ static Suite *threads_suite(void) {
                       (int)(sizeof track_levels / sizeof track_levels[0]));
   tcase_add_test(tc, threads_double_free_race);
   tcase_add_test(tc, threads_pool_each);
+  tcase_add_test(tc, threads_two_pools_locks);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -975,6 +975,233 @@ START_TEST(sim_poison_failures) {
 END_TEST
 #endif /* SPOOL_TEST_SIM */
 
+/* ---- review fixes: refusals, failed frees, destroy failures, grouping ------------------------ */
+
+/* A double free whose address now lies inside a newer, bigger live buffer: the pointer is refused
+ * as interior, and the message also says it was freed already. Needs z handed out at x's
+ * address, covering y; cudasim does so for certain (256-byte blocks, best fit, coalescing of
+ * completed frees), a real device may not: then the test says so and checks nothing more. */
+START_TEST(double_free_inside_newer_buffer) {
+  spool_pool *p = pool_with("track=full");
+  cudaStream_t s = test_stream_create();
+  void *x = NULL, *y = NULL, *guard = NULL, *z = NULL;
+  CK_SPOOL(spool_alloc(p, &x, 256, s));
+  CK_SPOOL(spool_alloc(p, &y, 256, s));
+  CK_SPOOL(spool_alloc(p, &guard, 256, s));
+  const int died = __LINE__; CK_SPOOL(SPOOL_FREE(p, y, s));
+  CK_SPOOL(spool_free(p, x, s));
+  CK_CUDA(cudaStreamSynchronize(s));
+  CK_SPOOL(spool_alloc(p, &z, 512, s));
+  uintptr_t ux = (uintptr_t)x, uy = (uintptr_t)y, uz = (uintptr_t)z;
+  /* The arrangement this test relies on: y right after x, z at x's address, y inside z. */
+  if (!(uy == ux + 256 && uz == ux && uz <= uy && uy < uz + 512)) {
+    printf("double_free_inside_newer_buffer: skipped, the layout differs (x %p, y %p, z %p of "
+           "512 B)\n", x, y, z);
+    fflush(stdout);
+  } else {
+    expect_refused(p, y, s, SPOOL_ERR_INTERIOR_POINTER);
+    char want[800];
+    snprintf(want, sizeof want, "points %zu bytes into buffer %s (512 B, allocation #4 ",
+             (size_t)(uy - uz), ptr_text(z).s);
+    CK_LAST_ERROR_HAS(want);
+    snprintf(want, sizeof want, "%s was freed already, at %s (allocation #2)", ptr_text(y).s,
+             site_of(__FILE__, died).s);
+    CK_LAST_ERROR_HAS(want);
+    CK_LAST_ERROR_HAS("free the buffer's start");
+    check_counts(p, 768, 2, 4, 2, 1);
+  }
+  CK_SPOOL(spool_free(p, z, s));
+  CK_SPOOL(spool_free(p, guard, s));
+  test_stream_destroy(s);
+  test_pool_destroy(p);
+}
+END_TEST
+
+/* Another pool's buffer: by its start, "free it through that pool"; by an interior pointer,
+ * "pointing inside a buffer" and "free the buffer's start". */
+START_TEST(wrong_pool_interior_pointer) {
+  spool_pool *p = pool_with("track=counts");
+  spool_pool *q = pool_with("track=full");
+  cudaStream_t s = test_stream_create();
+  void *theirs = NULL, *mine = NULL;
+  CK_SPOOL(spool_alloc(p, &mine, 4096, s));
+  CK_SPOOL(spool_alloc(q, &theirs, 4096, s));
+
+  expect_refused(p, (char *)theirs + 256, s, SPOOL_ERR_WRONG_POOL);
+  CK_LAST_ERROR_HAS("pointing inside a buffer");
+  CK_LAST_ERROR_HAS("free the buffer's start");
+  CK_LAST_ERROR_HAS(ptr_text(theirs).s);
+  CK_LAST_ERROR_HAS(ptr_text(q).s);
+  CK_TEXT_LACKS(spool_last_error(), "free it through");
+
+  expect_refused(p, theirs, s, SPOOL_ERR_WRONG_POOL);
+  CK_TEXT_LACKS(spool_last_error(), "pointing inside");
+  CK_TEXT_LACKS(spool_last_error(), "the buffer's start");
+  CK_LAST_ERROR_HAS("free it through that pool");
+
+  /* The other way round: the counts pool's buffer, interior, refused by the full pool. */
+  expect_refused(q, (char *)mine + 4095, s, SPOOL_ERR_WRONG_POOL);
+  CK_LAST_ERROR_HAS("pointing inside a buffer");
+  CK_LAST_ERROR_HAS(ptr_text(p).s);
+
+  check_counts(p, 4096, 1, 1, 0, 2);
+  check_counts(q, 4096, 1, 1, 0, 1);
+  CK_SPOOL(spool_free(q, theirs, s));
+  CK_SPOOL(spool_free(p, mine, s));
+  test_stream_destroy(s);
+  test_pool_destroy(q);
+  test_pool_destroy(p);
+}
+END_TEST
+
+/* An empty tag and no site at all are two sites, each one group; groups of equal bytes and equal
+ * counts print in the same order every time. */
+START_TEST(leaks_empty_tag_and_untagged) {
+  spool_pool *p = pool_with("track=counts");
+  cudaStream_t s = test_stream_create();
+  void *b[4] = {NULL, NULL, NULL, NULL};
+  /* Interleaved, so that grouping must sort them. */
+  CK_SPOOL(spool_alloc_tagged(p, &b[0], 1 * MiB, s, ""));
+  CK_SPOOL(spool_alloc(p, &b[1], 1 * MiB, s));
+  CK_SPOOL(spool_alloc_tagged(p, &b[2], 1 * MiB, s, ""));
+  CK_SPOOL(spool_alloc(p, &b[3], 1 * MiB, s));
+
+  char *first = leak_report(p);
+  CK_TEXT_HAS(first, "4 live buffers, 4.00 MiB");
+  ck_assert_msg(count_of(first, " buffers at ") == 2, "not 2 groups:\n%s", first);
+  ck_assert_msg(count_of(first, " buffer at ") == 0, "a group of 1:\n%s", first);
+  CK_TEXT_HAS(first, "2.00 MiB in 2 buffers at tag ''\n");
+  CK_TEXT_HAS(first, "2.00 MiB in 2 buffers at an unknown site");
+  /* Each buffer under its own group. */
+  size_t at_tag = position_of(first, "at tag ''"), at_none = position_of(first, "unknown site");
+  size_t lo = at_tag < at_none ? at_tag : at_none, hi = at_tag < at_none ? at_none : at_tag;
+  for (int i = 0; i < 4; i++) {
+    size_t at = position_of(first, ptr_text(b[i]).s);
+    int tagged = i % 2 == 0;
+    bool in_first_group = at > lo && at < hi;
+    bool tag_first = at_tag < at_none;
+    ck_assert_msg(at > lo && in_first_group == (tagged == tag_first),
+                  "buffer %d (%s) under the wrong group:\n%s", i, tagged ? "tag ''" : "untagged",
+                  first);
+  }
+  for (int k = 0; k < 2; k++) {
+    char *again = leak_report(p);
+    ck_assert_msg(strcmp(again, first) == 0, "report %d differs:\n%s\nfirst:\n%s", k + 2, again,
+                  first);
+    free(again);
+  }
+  free(first);
+  for (int i = 0; i < 4; i++) CK_SPOOL(spool_free(p, b[i], s));
+  test_stream_destroy(s);
+  test_pool_destroy(p);
+}
+END_TEST
+
+#ifdef SPOOL_TEST_SIM
+/* poison=on and cudaFreeAsync fails after the poisoning memset: the buffer stays allocated and
+ * live, the message says its contents are 0xDD now, and they are. */
+START_TEST(sim_poisoned_free_fails) {
+  spool_pool *p = pool_with("poison=on, track=counts");
+  cudaStream_t s = test_stream_create();
+  enum { N = 4096 };
+  void *a = NULL;
+  CK_SPOOL(spool_alloc(p, &a, N, s));
+  CK_CUDA(cudaMemsetAsync(a, 0x11, N, s));
+  CK_CUDA(cudaStreamSynchronize(s));
+  long frees = cudasim_calls("cudaFreeAsync");
+  cudasim_fail("cudaFreeAsync", 1, cudaErrorUnknown);
+  CK_STATUS(spool_free(p, a, s), SPOOL_ERR_CUDA);
+  ck_assert_int_eq(cudasim_armed(), 0);
+  ck_assert_int_eq(cudasim_calls("cudaFreeAsync"), frees + 1);
+  CK_LAST_ERROR_HAS("cudaFreeAsync");
+  CK_LAST_ERROR_HAS("cudaErrorUnknown");
+  CK_LAST_ERROR_HAS("stays allocated");
+  CK_LAST_ERROR_HAS("overwritten with 0xDD");
+  CK_LAST_ERROR_PTR(a);
+  ck_assert_int_eq(cudaGetLastError(), cudaSuccess);
+  /* cudasim's memory is host memory: the poison is there already. */
+  const unsigned char *bytes = a;
+  size_t i = first_not(bytes, N, 0xDD);
+  ck_assert_msg(i == N, "byte %zu of %d is 0x%02x, not 0xDD", i, (int)N, i < N ? bytes[i] : 0);
+  /* Still live: in the pool's table, in the driver, and usable. */
+  check_counts(p, N, 1, 1, 0, 0);
+  ck_assert_int_eq(cudasim_live_allocations(), 1);
+  expect_refused(p, (char *)a + 8, s, SPOOL_ERR_INTERIOR_POINTER);
+  CK_CUDA(cudaMemsetAsync(a, 0x22, N, s));
+  check_device_bytes(a, N, 0x22, s);
+  /* The second free works (and poisons again), and a third is a double free. */
+  CK_SPOOL(spool_free(p, a, s));
+  check_counts(p, 0, 0, 1, 1, 1);
+  ck_assert_int_eq(cudasim_live_allocations(), 0);
+  i = first_not(bytes, N, 0xDD);
+  ck_assert_msg(i == N, "freed byte %zu is 0x%02x", i, i < N ? bytes[i] : 0);
+  expect_refused(p, a, s, SPOOL_ERR_DOUBLE_FREE);
+
+  /* When the poisoning memset itself fails, nothing was overwritten, and the message says no
+   * such thing. */
+  CK_SPOOL(spool_alloc(p, &a, N, s));
+  cudasim_fail("cudaMemsetAsync", 1, cudaErrorUnknown);
+  CK_STATUS(spool_free(p, a, s), SPOOL_ERR_CUDA);
+  CK_LAST_ERROR_HAS("stays allocated");
+  CK_TEXT_LACKS(spool_last_error(), "0xDD");
+  CK_SPOOL(spool_free(p, a, s));
+  check_counts(p, 0, 0, 2, 2, 2);
+  test_stream_destroy(s);
+  test_pool_destroy(p);
+}
+END_TEST
+
+/* Destroy with leaks when the device synchronize before freeing them fails: SPOOL_ERR_CUDA, the
+ * message counts the leaked buffers that stay allocated, and the report was written. */
+START_TEST(sim_destroy_leaks_sync_fails) {
+  char path[64], text[400];
+  temp_path(path);
+  snprintf(text, sizeof text, "track=counts, report=%s", path);
+  spool_pool *p = pool_with(text);
+  cudaStream_t s = test_stream_create();
+  void *a = NULL, *b = NULL;
+  CK_SPOOL(spool_alloc(p, &a, 1 * MiB, s));
+  CK_SPOOL(spool_alloc_tagged(p, &b, 3000, s, "kept"));
+  long frees = cudasim_calls("cudaFreeAsync");
+  cudasim_fail("cudaDeviceSynchronize", 1, cudaErrorUnknown);
+  CK_STATUS(spool_pool_destroy(p), SPOOL_ERR_CUDA);
+  ck_assert_int_eq(cudasim_armed(), 0);
+  CK_LAST_ERROR_HAS("cudaDeviceSynchronize");
+  CK_LAST_ERROR_HAS("2 leaked buffers");
+  CK_LAST_ERROR_HAS("stay allocated");
+  ck_assert_int_eq(cudaGetLastError(), cudaSuccess);
+  /* Nothing was freed: both buffers are still the driver's. */
+  ck_assert_int_eq(cudasim_calls("cudaFreeAsync"), frees);
+  ck_assert_int_eq(cudasim_live_allocations(), 2);
+  char *report = slurp_path(path);
+  ck_assert_ptr_nonnull(report);
+  CK_TEXT_HAS(report, "leak report");
+  CK_TEXT_HAS(report, "2 live buffers");
+  CK_TEXT_HAS(report, ptr_text(a).s);
+  CK_TEXT_HAS(report, ptr_text(b).s);
+  CK_TEXT_HAS(report, "tag 'kept'");
+  free(report);
+  unlink(path);
+
+  /* One leaked buffer: the singular. */
+  p = pool_with("track=counts, report=/dev/null");
+  void *c = NULL;
+  CK_SPOOL(spool_alloc(p, &c, 4096, s));
+  cudasim_fail("cudaDeviceSynchronize", 1, cudaErrorUnknown);
+  CK_STATUS(spool_pool_destroy(p), SPOOL_ERR_CUDA);
+  CK_LAST_ERROR_HAS("1 leaked buffer ");
+  CK_LAST_ERROR_HAS("stay allocated");
+
+  /* CUDA lets the allocations outlive their pools: give them back. */
+  CK_CUDA(cudaFreeAsync(a, s));
+  CK_CUDA(cudaFreeAsync(b, s));
+  CK_CUDA(cudaFreeAsync(c, s));
+  test_stream_destroy(s);
+  ck_assert_int_eq(cudasim_live_allocations(), 0);
+}
+END_TEST
+#endif /* SPOOL_TEST_SIM */
+
 /* ---- threads -------------------------------------------------------------------------------- */
 
 enum { THREADS = 8, PER_THREAD = 64, ALL = THREADS * PER_THREAD };
@@ -1072,6 +1299,8 @@ static Suite *track_suite(void) {
   tcase_add_test(tc, foreign_pointers);
   tcase_add_test(tc, wrong_pool);
   tcase_add_test(tc, interior_pointers);
+  tcase_add_test(tc, double_free_inside_newer_buffer);
+  tcase_add_test(tc, wrong_pool_interior_pointer);
   suite_add_tcase(s, tc);
 
   tc = test_tcase("leaks");
@@ -1081,6 +1310,10 @@ static Suite *track_suite(void) {
   tcase_add_test(tc, leaks_arguments);
   tcase_add_test(tc, destroy_report_to_config_file);
   tcase_add_test(tc, destroy_report_to_env_file);
+  tcase_add_test(tc, leaks_empty_tag_and_untagged);
+#ifdef SPOOL_TEST_SIM
+  tcase_add_test(tc, sim_destroy_leaks_sync_fails);
+#endif
   suite_add_tcase(s, tc);
 
   tc = test_tcase("track_off");
@@ -1101,6 +1334,7 @@ static Suite *track_suite(void) {
   tcase_add_test(tc, poison_off_by_default);
 #ifdef SPOOL_TEST_SIM
   tcase_add_test(tc, sim_poison_failures);
+  tcase_add_test(tc, sim_poisoned_free_fails);
 #endif
   suite_add_tcase(s, tc);
 
