@@ -15,7 +15,7 @@
  *    cudasim_release() or a stream, event or device synchronize. Events record a stream's ticket.
  *  - Pools reserve memory in segments of CUDASIM_GRANULARITY (2 MiB) multiples, each a lazily
  *    committed anonymous mmap, so device pointers can be dereferenced on the host. Blocks are
- *    carved from segments at 256-byte granularity; a freed block is reusable once its free has
+ *    carved from segments at 512-byte granularity; a freed block is reusable once its free has
  *    completed, or at once by an allocation on the stream that freed it (stream order).
  *  - At every stream, event or device synchronize, each pool of that device whose reserved bytes
  *    exceed its release threshold gives back entirely free segments, newest first, one at a
@@ -68,7 +68,8 @@
 #include <sys/mman.h>
 
 #define SIM_MAX_DEV 64
-#define SIM_ALIGN ((size_t)256)
+/* Block granularity: an H200 (CUDA 13, driver 580) put two 256-byte buffers 512 bytes apart. */
+#define SIM_ALIGN ((size_t)512)
 #define SIM_PRIO_GREATEST (-5)
 
 /* ---- simulated objects --------------------------------------------------------------------- */
