@@ -68,7 +68,8 @@ static void undo_alloc(void *ptr, cudaStream_t stream, spool_status s) {
   if (err != cudaSuccess) spool__also_failed(s, err, "freeing the new buffer");
 }
 
-static spool_status poison(void *ptr, int value, size_t size, cudaStream_t stream, const char *ctx) {
+static spool_status poison(void *ptr, int value, size_t size, cudaStream_t stream,
+                           const char *ctx) {
   cudaError_t err = cudaMemsetAsync(ptr, value, size, stream);
   if (err != cudaSuccess)
     return spool__fail_cuda(err, "cudaMemsetAsync", "%s: poisoning %p with 0x%02X", ctx, ptr,

@@ -102,7 +102,8 @@ spool_status spool__table_insert(spool__table *t, const spool__buffer *b);
 int spool__table_remove(spool__table *t, uintptr_t ptr, spool__buffer *out);
 /* The record of ptr, or NULL. Valid until the next change of t. */
 const spool__buffer *spool__table_find(const spool__table *t, uintptr_t ptr);
-/* The live buffer that ptr points inside of (not at its start), or NULL. A scan: error paths only. */
+/* The live buffer that ptr points inside of (not at its start), or NULL. A scan: error paths
+ * only. */
 const spool__buffer *spool__table_containing(const spool__table *t, uintptr_t ptr);
 /* Calls fn for every record, in no particular order. */
 void spool__table_each(const spool__table *t, void (*fn)(const spool__buffer *, void *), void *arg);

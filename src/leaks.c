@@ -196,7 +196,8 @@ spool_status spool__free_leaks(spool_pool *pool) {
   FILE *out = open_report(pool, &close_it);
   if (pool->cfg.track == SPOOL_TRACK_OFF) {
     fprintf(out, "spool: pool %p on device %d destroyed with %" PRIu64 " live buffers; "
-                 "track=off: spool can neither list nor free them\n", (void *)pool, pool->device, n);
+                 "track=off: spool can neither list nor free them\n",
+            (void *)pool, pool->device, n);
   } else if (spool__leak_report(pool, out, ctx) == SPOOL_ERR_HOST_OOM) {
     /* No memory to sort: list them as they lie. (After a write error, writing more is moot.) */
     fprintf(out, "spool: leak report, pool %p on device %d: %" PRIu64 " live buffers, unsorted:\n",

@@ -91,7 +91,8 @@ static spool_status describe(spool_pool *p, size_t asked, cudaStream_t stream, u
   uint64_t in_use = p->c.bytes_in_use, buffers = p->c.buffers_in_use;
   pthread_mutex_unlock(&p->lock);
   if (p->cfg.track != SPOOL_TRACK_OFF) spool__format_size(in_use, u); /* else not kept */
-  cudaError_t err = cudaMemPoolGetAttribute(p->handle, cudaMemPoolAttrReservedMemCurrent, &reserved);
+  cudaError_t err =
+      cudaMemPoolGetAttribute(p->handle, cudaMemPoolAttrReservedMemCurrent, &reserved);
   if (err == cudaSuccess) spool__format_size(reserved, r);
   else spool__clear_cuda_error(); /* the figures are best effort */
   if (spool__device_meminfo_quiet(p->device, &free_b, &total_b)) {

@@ -222,7 +222,8 @@ static void restore_settings(spool_pool *p, const saved_settings *old) {
     struct cudaMemAccessDesc d = access_desc(p->cfg.peer_access[i], old->access[i]);
     err = cudaMemPoolSetAccess(p->handle, &d, 1);
   }
-  if (err != cudaSuccess) spool__also_failed(SPOOL_OK, err, "restoring the adopted pool's settings");
+  if (err != cudaSuccess)
+    spool__also_failed(SPOOL_OK, err, "restoring the adopted pool's settings");
 }
 
 /* ---- create, adopt, destroy --------------------------------------------------------------- */
@@ -370,7 +371,8 @@ spool_status spool_pool_destroy(spool_pool *pool) {
     cudaError_t err = cudaMemPoolDestroy(pool->handle);
     if (err != cudaSuccess) {
       if (s == SPOOL_OK)
-        s = spool__fail_cuda(err, "cudaMemPoolDestroy", "spool_pool_destroy: device %d", pool->device);
+        s = spool__fail_cuda(err, "cudaMemPoolDestroy", "spool_pool_destroy: device %d",
+                             pool->device);
       else
         spool__also_failed(s, err, "cudaMemPoolDestroy");
     }

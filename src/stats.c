@@ -102,7 +102,8 @@ static void report_config(const spool_pool *p, FILE *out) {
           (unsigned)c->track < 3 ? tracks[c->track] : "?", c->poison ? "on" : "off",
           c->oom_retries);
   fprintf(out, "             peer_access=[");
-  for (int i = 0; i < c->peer_access_count; i++) fprintf(out, "%s%d", i ? "," : "", c->peer_access[i]);
+  for (int i = 0; i < c->peer_access_count; i++)
+    fprintf(out, "%s%d", i ? "," : "", c->peer_access[i]);
   fprintf(out, "]\n");
 }
 

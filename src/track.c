@@ -29,7 +29,9 @@ static void place(spool__table *t, const spool__buffer *b) {
 static spool_status grow(spool__table *t) {
   size_t cap = t->cap ? t->cap * 2 : 64;
   spool__buffer *slots = calloc(cap, sizeof *slots);
-  if (!slots) return spool__fail(SPOOL_ERR_HOST_OOM, "spool: cannot grow the live-buffer table to %zu entries", cap);
+  if (!slots)
+    return spool__fail(SPOOL_ERR_HOST_OOM, "spool: cannot grow the live-buffer table to %zu "
+                       "entries", cap);
   spool__table old = *t;
   t->slots = slots;
   t->cap = cap;
@@ -82,7 +84,8 @@ int spool__table_remove(spool__table *t, uintptr_t ptr, spool__buffer *out) {
   return 1;
 }
 
-void spool__table_each(const spool__table *t, void (*fn)(const spool__buffer *, void *), void *arg) {
+void spool__table_each(const spool__table *t, void (*fn)(const spool__buffer *, void *),
+                       void *arg) {
   for (size_t i = 0; i < t->cap; i++)
     if (t->slots[i].ptr != 0) fn(&t->slots[i], arg);
 }

@@ -236,7 +236,8 @@ SPOOL_EXPORT cudaMemPool_t spool_pool_handle(const spool_pool *pool);
 /* The device ordinal the pool's memory lives on; -1 for a NULL pool. Thread safe. */
 SPOOL_EXPORT int spool_pool_device(const spool_pool *pool);
 
-/* The settings the pool was created with. NULL for a NULL pool. Owned by the pool, valid until spool_pool_destroy. Thread safe. */
+/* The settings the pool was created with. NULL for a NULL pool. Owned by the pool, valid until
+ * spool_pool_destroy. Thread safe. */
 SPOOL_EXPORT const spool_config *spool_pool_config(const spool_pool *pool);
 
 /* ---------------------------------------------------------------------------------------------
@@ -261,7 +262,8 @@ SPOOL_EXPORT spool_status spool_alloc(spool_pool *pool, void **ptr, size_t size,
                                       cudaStream_t stream);
 
 /* spool_alloc that records where it was called from (with track=counts or full; ignored with
- * off), for the leak report and for messages about the buffer. file must outlive the buffer (__FILE__ does).
+ * off), for the leak report and for messages about the buffer. file must outlive the buffer
+ * (__FILE__ does).
  * Use it through SPOOL_ALLOC. Returns what spool_alloc returns. Thread safe. */
 SPOOL_EXPORT spool_status spool_alloc_at(spool_pool *pool, void **ptr, size_t size,
                                          cudaStream_t stream, const char *file, int line);
