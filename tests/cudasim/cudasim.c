@@ -20,25 +20,89 @@
  *  - At every stream, event or device synchronize, each pool of that device whose reserved bytes
  *    exceed its release threshold gives back entirely free segments, newest first, one at a
  *    time while it is still above the threshold (it may end below it: segments are whole).
+ *  - Stream capture: a capture sequence begun on a stream is joined by every stream that waits on
+ *    an event recorded in it (a fork); work enqueued on a member stream (cudaMemsetAsync,
+ *    cudaMemcpyAsync, cudaMallocAsync, cudaMallocFromPoolAsync, cudaFreeAsync, cudaEventRecord-
+ *    WithFlags(External), cudaStreamWaitEvent(External)) becomes a node of the capture's graph
+ *    instead of running. cudaStreamEndCapture on the origin stream ends it for all members.
+ *  - The rules, after the CUDA programming guide (stream capture: "Prohibited and Unhandled
+ *    Operations", "Invalidation") and cudaThreadExchangeStreamCaptureMode's documentation:
+ *    . synchronizing or querying a member stream: cudaErrorStreamCaptureUnsupported; a captured
+ *      event (last recorded in an open capture): cudaErrorCapturedEvent. Both invalidate;
+ *    . cudaDeviceSynchronize while any member stream is on the current device:
+ *      cudaErrorStreamCaptureUnsupported, invalidating those captures, whatever the modes;
+ *    . any use of the legacy stream (NULL, cudaStreamLegacy, and the synchronous cudaMemcpy and
+ *      cudaMemset) while a blocking stream (created without cudaStreamNonBlocking, or a
+ *      per-thread stream) of its device is a member: cudaErrorStreamCaptureImplicit, invalidating;
+ *      cudaStreamIsCapturing and cudaStreamGetCaptureInfo report it without invalidating;
+ *    . "potentially unsafe" calls: cudaMalloc, cudaFree, cudaMemset, cudaMemcpy, cudaEventQuery,
+ *      cudaEventSynchronize, and the pool administration calls cudaMemPoolCreate, Destroy,
+ *      TrimTo, SetAttribute, GetAttribute, SetAccess, GetAccess (CCCL wraps pool attribute reads
+ *      and writes in relaxed mode for this reason; ROCm checks all seven). Refused with
+ *      cudaErrorStreamCaptureUnsupported, invalidating the captures that forbid them: the calling
+ *      thread's own capture begun in global or thread-local mode, and, when the thread's mode
+ *      (cudaThreadExchangeStreamCaptureMode, default global) is global, every capture begun in
+ *      global mode by any thread. A thread in relaxed mode may make them;
+ *    . once invalidated, enqueueing on a member stream, synchronizing it, or using its captured
+ *      events gives cudaErrorStreamCaptureInvalidated; cudaStreamEndCapture then returns the
+ *      same, with a NULL graph, and ends the capture;
+ *    . waits: a capturing stream waiting on an event recorded outside any capture:
+ *      cudaErrorStreamCaptureIsolation unless cudaEventWaitExternal (a wait node); on an event of
+ *      another open capture: cudaErrorStreamCaptureMerge. A never-recorded event is a no-op;
+ *    . cudaStreamEndCapture: not capturing: cudaErrorIllegalState; on a joined stream rather
+ *      than the origin: cudaErrorStreamCaptureUnmatched (invalidates); from another thread than
+ *      the one that began a non-relaxed capture: cudaErrorStreamCaptureWrongThread (the capture
+ *      goes on); a joined stream with work after its last join: cudaErrorStreamCaptureUnjoined;
+ *    . an operation that cannot be captured as asked (bad pointer, size 0, a free of memory
+ *      that is not a graph allocation) fails and invalidates the capture.
+ *  - Graph memory (CUDA programming guide, "Graph Memory Nodes"): a stream allocation under
+ *    capture is an allocation node whose address is fixed at once (reserved address space, not
+ *    charged) and whose memory belongs to the graph, not the pool (the pool's counters do not
+ *    move). A launch that runs the node makes it live (charged to the device) until a free node,
+ *    cudaFreeAsync or cudaFree; it outlives its graph and executable graph. Relaunching while an
+ *    allocation of the graph is live fails with cudaErrorInvalidValue (unless instantiated with
+ *    cudaGraphInstantiateFlagAutoFreeOnLaunch). Only graph allocations can be freed in a graph
+ *    (cudaFreeAsync of other memory under capture is illegal), and one freed in its own graph
+ *    cannot be freed anywhere else. A graph with memory nodes has one executable graph at a time.
+ *  - cudaGraphLaunch checks the above and the device's capacity (at the graph's peak), then runs
+ *    the nodes in capture order on the launch stream, one operation each.
+ *  - Driver entry points: cudaGetDriverEntryPoint[ByVersion] knows "cuStreamIsCapturing" (since
+ *    10000): a simulated function over the same state (see cudasim.h); with
+ *    cudaEnablePerThreadDefaultStream, its handle 0 means the per-thread stream. Other symbols:
+ *    cudaSuccess, a NULL function and cudaDriverEntryPointSymbolNotFound, as documented.
  *
  * Simplifications (what the real runtime does and cudasim does not)
  *  - Data operations (cudaMemset*, cudaMemcpy*) happen at once, when they are called, even on a
  *    held stream; only their completion (cudaStreamQuery, events) is deferred. No kernels.
- *  - No dependencies between streams: cudaStreamWaitEvent is accepted and ignored, the legacy
+ *  - No dependencies between streams: cudaStreamWaitEvent outside capture is ignored, the legacy
  *    stream does not synchronize with blocking streams, and the three reuse flags are stored and
  *    read back but do not change which blocks are reused (only the two rules above apply).
  *  - An allocation that does not fit reserves a new segment; it never trims its own or other
  *    pools first. Coalescing merges only neighbours whose frees have completed.
- *  - Stream capture is not modelled (cudaStreamIsCapturing always says None); no sticky errors;
- *    priorities are clamped to [-5, 0] and otherwise ignored; elapsed times are 0.
+ *  - No sticky errors; priorities are clamped to [-5, 0] and otherwise ignored; elapsed times are
+ *    0.
+ *  - Capture: nodes form a chain in capture order; no dependency edges, so
+ *    cudaStreamGetCaptureInfo reports a stream's last captured node as its only dependency, and
+ *    a forked stream counts as joined once any other member waited on an event it recorded after
+ *    its last node. No kernels, host nodes, child graphs (cudaGraphLaunch into a capturing stream
+ *    returns cudaErrorStreamCaptureUnsupported without invalidating), or cudaStreamBeginCapture-
+ *    ToGraph. The "potentially unsafe" list is cudasim's reading of the sources above; other
+ *    calls (cudaMemGetInfo, cudaStreamCreate, cudaDeviceGetMemPool, synchronizing a stream that
+ *    is not capturing, ...) are allowed.
+ *  - Graph memory is charged to the device only while live (the real graph pool keeps what it
+ *    mapped until cudaDeviceGraphMemTrim); a free node, or cudaFreeAsync of a graph allocation,
+ *    frees at once rather than in stream order. A node that fails during a launch (a memset of
+ *    memory freed since capture) ends the launch with its error; the nodes before it have run.
  *  - cudaMalloc reserves whole CUDASIM_GRANULARITY units from the device capacity. cudaFree of
  *    a cudaMalloc'd pointer completes all work of its device and runs the release, as the
  *    implicit synchronization of the real cudaFree does.
  *  - cudaMemset/cudaMemcpy on device memory that is not inside a live allocation fail with
  *    cudaErrorInvalidValue (the real runtime may silently succeed on freed pool memory).
  *  - Destroying a stream completes its work. A per-thread default stream lives until reset.
- *  - Handles are never reused: destroyed streams, events and pools stay allocated (see
- *    graveyard), so a stale handle reliably gives cudaErrorInvalidResourceHandle.
+ *  - Handles are never reused: destroyed streams, events, pools, graphs and executable graphs
+ *    stay allocated (see graveyard), so a stale handle reliably gives
+ *    cudaErrorInvalidResourceHandle (cudaErrorInvalidValue for graph handles), unless a test
+ *    asks for a destroyed stream's address with cudasim_stream_create_at.
  *  - Only the plain API names are defined: code built with per-thread default stream
  *    (nvcc --default-stream per-thread, CUDA_API_PER_THREAD_DEFAULT_STREAM) calls the _ptds/_ptsz
  *    variants, which cudasim does not provide.
@@ -51,6 +115,15 @@
  *    on a device without pool support: cudaErrorNotSupported.
  *  - cudaStreamDestroy of NULL, cudaStreamLegacy or cudaStreamPerThread:
  *    cudaErrorInvalidResourceHandle.
+ *  - cudaStreamDestroy of a capturing stream: cudaErrorStreamCaptureUnsupported; the stream stays
+ *    and its capture is invalidated.
+ *  - cudaStreamBeginCapture on the legacy stream: cudaErrorStreamCaptureUnsupported; on a stream
+ *    already capturing: cudaErrorIllegalState (as ROCm's HIP, which follows CUDA, does).
+ *  - An event last recorded in a capture that has ended (it stands for a node of that graph):
+ *    cudaEventQuery, Synchronize, ElapsedTime and cudaStreamWaitEvent give cudaErrorInvalidValue
+ *    until it is recorded again outside capture.
+ *  - cudaGraphDestroy of a graph being captured into, unknown graph or exec handles:
+ *    cudaErrorInvalidValue.
  *  - cudaErrorNotReady (from cudaStreamQuery, cudaEventQuery) is a status, not a failure: it is
  *    not stored as the thread's last error.
  */
@@ -60,6 +133,8 @@
 
 #include "cudasim.h"
 
+#include <cuda.h>         /* driver types only: cudasim never links libcuda */
+#include <cudaTypedefs.h> /* PFN_ types, to check the simulated driver function's signature */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -85,6 +160,11 @@ struct CUstream_st {
   uint64_t ticket;    /* operations enqueued so far */
   uint64_t completed; /* operations completed so far (a prefix: stream order) */
   int held;
+  unsigned long long id;         /* cudaStreamGetId: never reused, not even across resets */
+  struct sim_capture *cap;       /* the capture sequence it is part of (begun or joined) */
+  uint64_t cap_ops;              /* nodes captured on it in cap */
+  uint64_t cap_joined;           /* cap_ops when another member last waited on it */
+  struct CUgraphNode_st *cap_last; /* its last captured node: cudaStreamGetCaptureInfo's deps */
 };
 
 struct CUevent_st {
@@ -93,6 +173,64 @@ struct CUevent_st {
   int recorded;
   struct CUstream_st *stream; /* NULL once that stream is gone: then complete */
   uint64_t ticket;
+  unsigned long long cap_id;     /* the capture its last record was made in; 0: outside any */
+  struct CUstream_st *cap_stream; /* ... on that member stream, */
+  uint64_t cap_pos;               /* ... after that many of its nodes, */
+  struct CUgraphNode_st *cap_node; /* ... the last of which was this one */
+};
+
+/* A capture sequence: begun on origin, joined by the streams that waited on its events. */
+typedef struct sim_capture {
+  struct sim_capture *next;
+  unsigned long long id; /* unique for the life of the process */
+  enum cudaStreamCaptureMode mode;
+  int invalidated;
+  pthread_t thread; /* the thread that began it */
+  struct CUstream_st *origin;
+  struct CUgraph_st *graph;
+} sim_capture;
+
+/* A graph allocation: its address is fixed when its allocation node is made; it is live (its
+ * memory charged to the device) from a launch that runs that node until it is freed. */
+typedef struct sim_galloc {
+  struct sim_galloc *next;
+  char *base;
+  size_t size, charged;
+  int device;
+  int live;
+  int refs;                 /* nodes (in graphs and executable graphs) that name it */
+  struct CUgraph_st *owner; /* the graph holding its allocation node; NULL once destroyed */
+  int owner_frees;          /* owner also holds a free node for it */
+} sim_galloc;
+
+enum sim_node_kind { SIM_NODE_MEMSET, SIM_NODE_MEMCPY, SIM_NODE_ALLOC, SIM_NODE_FREE,
+                     SIM_NODE_EVENT, SIM_NODE_WAIT };
+
+struct CUgraphNode_st {
+  enum sim_node_kind kind;
+  void *dst; /* memset, memcpy */
+  const void *src;
+  size_t n;
+  int value;
+  enum cudaMemcpyKind dir;
+  sim_galloc *ga;  /* alloc, free */
+  cudaEvent_t ev;  /* event record (cudaEventRecordExternal), event wait (cudaEventWaitExternal) */
+};
+
+struct CUgraph_st {
+  struct CUgraph_st *next; /* registry */
+  struct CUgraphNode_st **nodes; /* each its own allocation: node handles stay valid */
+  size_t n, cap;
+  int execs;           /* executable graphs made from it that still exist */
+  sim_capture *capture; /* being captured into */
+};
+
+struct CUgraphExec_st {
+  struct CUgraphExec_st *next; /* registry */
+  struct CUgraphNode_st *nodes; /* copies, made at instantiation */
+  size_t n;
+  unsigned long long flags;
+  struct CUgraph_st *graph; /* NULL once that graph is destroyed */
 };
 
 typedef struct sim_block {
@@ -158,7 +296,12 @@ static struct {
   struct CUstream_st *streams;
   struct CUevent_st *events;
   struct CUmemPoolHandle_st *pools;
+  struct CUgraph_st *graphs;    /* their nodes are freed, the handles kept */
+  struct CUgraphExec_st *execs; /* likewise */
 } graveyard;
+
+/* Stream and capture ids: unique for the life of the process, as CUDA's are. Guarded by g_lock. */
+static unsigned long long last_stream_id, last_capture_id;
 
 static struct {
   int inited;
@@ -170,6 +313,10 @@ static struct {
   struct CUevent_st *events;
   struct CUmemPoolHandle_st *pools;
   sim_region *regions;
+  sim_capture *captures; /* begun and not yet ended (active or invalidated) */
+  struct CUgraph_st *graphs;
+  struct CUgraphExec_st *execs;
+  sim_galloc *gallocs;
   long live;
   sim_count *counts;
   size_t ncounts, capcounts;
@@ -182,6 +329,7 @@ static _Thread_local struct {
   int device;
   cudaError_t last;
   struct CUstream_st *ptds[SIM_MAX_DEV];
+  enum cudaStreamCaptureMode mode; /* cudaThreadExchangeStreamCaptureMode; 0 is global */
 } t;
 
 /* ---- state, locking, counting, fault injection ----------------------------------------------- */
@@ -286,6 +434,17 @@ static cudaError_t sim_leave(cudaError_t e) {
     return sim_leave(e_);                                                                         \
   } while (0)
 
+/* SIM_CALL for the calls that stream capture deems "potentially unsafe" (see capture_unsafe). */
+#define SIM_UNSAFE_CALL(expr)                                                                     \
+  do {                                                                                            \
+    cudaError_t e_ = sim_enter(__func__, 1);                                                      \
+    if (e_ == cudaSuccess)                                                                        \
+      e_ = capture_unsafe();                                                                      \
+    if (e_ == cudaSuccess)                                                                        \
+      e_ = (expr);                                                                                \
+    return sim_leave(e_);                                                                         \
+  } while (0)
+
 static int valid_dev(int d) { return d >= 0 && d < g.ndev; }
 
 static cudaError_t cur_dev(int *d) {
@@ -307,6 +466,7 @@ static struct CUstream_st *stream_new(int dev, unsigned flags, int prio, enum si
   s->flags = flags;
   s->priority = prio;
   s->kind = k;
+  s->id = ++last_stream_id;
   s->next = g.streams;
   g.streams = s;
   return s;
@@ -357,6 +517,104 @@ static int event_known(cudaEvent_t ev) {
 
 static int event_done(const struct CUevent_st *ev) {
   return !ev->recorded || !ev->stream || ev->stream->completed >= ev->ticket;
+}
+
+/* ---- stream capture: the rules ----------------------------------------------------------------
+ * What a call may do while capture sequences are open. The errors follow the CUDA programming
+ * guide ("Prohibited and Unhandled Operations", "Invalidation") and the documentation of
+ * cudaThreadExchangeStreamCaptureMode; see the top of this file. */
+
+static sim_capture *capture_by_id(unsigned long long id) {
+  for (sim_capture *c = g.captures; c; c = c->next)
+    if (c->id == id)
+      return c;
+  return NULL;
+}
+
+/* Once invalidated, a capture stays so until cudaStreamEndCapture, which then fails. */
+static void capture_invalidate(sim_capture *c) { c->invalidated = 1; }
+
+/* Streams that the legacy stream synchronizes with: blocking ones and per-thread streams. */
+static int stream_blocking(const struct CUstream_st *s) {
+  return s->kind == SIM_PER_THREAD || (s->kind == SIM_USER && !(s->flags & cudaStreamNonBlocking));
+}
+
+/* Any use of device d's legacy stream while a blocking stream of d is being captured would make
+ * the legacy stream depend on captured work: cudaErrorStreamCaptureImplicit. Queries of the
+ * capture status report it without invalidating anything. */
+static cudaError_t legacy_implicit(int d, int invalidate) {
+  cudaError_t e = cudaSuccess;
+  for (struct CUstream_st *s = g.streams; s; s = s->next)
+    if (s->cap && s->device == d && stream_blocking(s)) {
+      e = cudaErrorStreamCaptureImplicit;
+      if (invalidate)
+        capture_invalidate(s->cap);
+    }
+  return e;
+}
+
+/* Whether capture c forbids this thread the "potentially unsafe" calls. */
+static int capture_restricts(const sim_capture *c) {
+  if (c->invalidated || t.mode == cudaStreamCaptureModeRelaxed)
+    return 0;
+  if (c->mode != cudaStreamCaptureModeRelaxed && pthread_equal(c->thread, pthread_self()))
+    return 1; /* the thread's own capture, in global and thread-local mode alike */
+  return t.mode == cudaStreamCaptureModeGlobal && c->mode == cudaStreamCaptureModeGlobal;
+}
+
+/* Start of a "potentially unsafe" call (cudaMalloc, cudaFree, pool administration, event queries,
+ * ...): refused, and every capture that forbids it invalidated. */
+static cudaError_t capture_unsafe(void) {
+  cudaError_t e = cudaSuccess;
+  for (sim_capture *c = g.captures; c; c = c->next)
+    if (capture_restricts(c)) {
+      capture_invalidate(c);
+      e = cudaErrorStreamCaptureUnsupported;
+    }
+  return e;
+}
+
+/* A device-wide synchronize encompasses every capture on the device, whatever the modes. */
+static cudaError_t capture_on_device(int d) {
+  cudaError_t e = cudaSuccess;
+  for (struct CUstream_st *s = g.streams; s; s = s->next)
+    if (s->cap && s->device == d) {
+      capture_invalidate(s->cap);
+      e = cudaErrorStreamCaptureUnsupported;
+    }
+  return e;
+}
+
+/* Before work is enqueued on s (it is captured instead when s->cap is set). */
+static cudaError_t stream_use(struct CUstream_st *s) {
+  if (s->kind == SIM_LEGACY)
+    return legacy_implicit(s->device, 1);
+  if (s->cap && s->cap->invalidated)
+    return cudaErrorStreamCaptureInvalidated;
+  return cudaSuccess;
+}
+
+/* Before s is synchronized or queried: a capturing stream has nothing to wait for. */
+static cudaError_t stream_wait_check(struct CUstream_st *s) {
+  cudaError_t e = stream_use(s);
+  if (e != cudaSuccess || !s->cap)
+    return e;
+  capture_invalidate(s->cap);
+  return cudaErrorStreamCaptureUnsupported;
+}
+
+/* Before ev is queried, synchronized, timed or waited on: an event last recorded in a capture
+ * stands for a node of a graph, not for work the host could wait for. */
+static cudaError_t event_capture_check(struct CUevent_st *ev) {
+  if (!ev->cap_id)
+    return cudaSuccess;
+  sim_capture *c = capture_by_id(ev->cap_id);
+  if (!c)
+    return cudaErrorInvalidValue; /* that capture has ended: the event belongs to its graph */
+  if (c->invalidated)
+    return cudaErrorStreamCaptureInvalidated;
+  capture_invalidate(c);
+  return cudaErrorCapturedEvent;
 }
 
 /* ---- pools: blocks and segments -------------------------------------------------------------- */
@@ -618,7 +876,151 @@ static cudaError_t pool_free(void *ptr, struct CUstream_st *s) {
   return cudaSuccess;
 }
 
-/* ---- device pointers (for memset / memcpy) ----------------------------------------------------- */
+/* ---- graph allocations and graphs ------------------------------------------------------------ */
+
+/* The graph allocation whose address is ptr (live or not). */
+static sim_galloc *galloc_at(const void *ptr) {
+  for (sim_galloc *ga = g.gallocs; ga; ga = ga->next)
+    if (ga->base == ptr)
+      return ga;
+  return NULL;
+}
+
+/* 1 when [ptr, ptr + n) lies in one graph allocation, a live one if live_only. */
+static int galloc_range(const void *ptr, size_t n, int live_only) {
+  uintptr_t a = (uintptr_t)ptr;
+  for (sim_galloc *ga = g.gallocs; ga; ga = ga->next) {
+    uintptr_t base = (uintptr_t)ga->base;
+    if ((ga->live || !live_only) && a >= base && a - base <= ga->size &&
+        n <= ga->size - (a - base))
+      return 1;
+  }
+  return 0;
+}
+
+/* An allocation node's address: reserved now, charged to the device only while live. */
+static sim_galloc *galloc_new(int device, size_t size) {
+  if (size > SIZE_MAX - CUDASIM_GRANULARITY)
+    return NULL;
+  size_t charged = round_up(size, CUDASIM_GRANULARITY);
+  sim_galloc *ga = calloc(1, sizeof *ga);
+  void *mem = MAP_FAILED;
+  if (ga)
+    mem = mmap(NULL, charged, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+               -1, 0);
+  if (mem == MAP_FAILED) {
+    free(ga);
+    return NULL;
+  }
+  ga->base = mem;
+  ga->size = size;
+  ga->charged = charged;
+  ga->device = device;
+  ga->next = g.gallocs;
+  g.gallocs = ga;
+  return ga;
+}
+
+/* Gives the address back once no node names it and it is not live. */
+static void galloc_reap(sim_galloc *ga) {
+  if (ga->refs > 0 || ga->live)
+    return;
+  for (sim_galloc **link = &g.gallocs; *link; link = &(*link)->next)
+    if (*link == ga) {
+      *link = ga->next;
+      break;
+    }
+  munmap(ga->base, ga->charged);
+  free(ga);
+}
+
+static void galloc_live(sim_galloc *ga) {
+  ga->live = 1;
+  g.dev[ga->device].reserved += ga->charged;
+}
+
+/* The end of a live graph allocation's lifetime (a free node, cudaFreeAsync or cudaFree). */
+static void galloc_free(sim_galloc *ga) {
+  ga->live = 0;
+  g.dev[ga->device].reserved -= ga->charged;
+  galloc_reap(ga);
+}
+
+static void node_release(struct CUgraphNode_st *nd) {
+  if (nd->ga) {
+    sim_galloc *ga = nd->ga;
+    nd->ga = NULL;
+    ga->refs--;
+    galloc_reap(ga);
+  }
+}
+
+static struct CUgraph_st *graph_new(void) {
+  struct CUgraph_st *gr = calloc(1, sizeof *gr);
+  if (!gr)
+    return NULL;
+  gr->next = g.graphs;
+  g.graphs = gr;
+  return gr;
+}
+
+/* Adds a node (the graph takes it) ; NULL on host OOM. */
+static struct CUgraphNode_st *graph_add(struct CUgraph_st *gr, enum sim_node_kind kind) {
+  if (gr->n == gr->cap) {
+    size_t cap = gr->cap ? 2 * gr->cap : 16;
+    struct CUgraphNode_st **nodes = realloc(gr->nodes, cap * sizeof *nodes);
+    if (!nodes)
+      return NULL;
+    gr->nodes = nodes;
+    gr->cap = cap;
+  }
+  struct CUgraphNode_st *nd = calloc(1, sizeof *nd);
+  if (!nd)
+    return NULL;
+  nd->kind = kind;
+  gr->nodes[gr->n++] = nd;
+  return nd;
+}
+
+static int graph_known(cudaGraph_t gr) {
+  for (struct CUgraph_st *p = g.graphs; p; p = p->next)
+    if (p == gr)
+      return 1;
+  return 0;
+}
+
+/* Unregisters gr and frees its nodes; the handle goes to the graveyard. */
+static void graph_free(struct CUgraph_st *gr) {
+  for (size_t i = 0; i < gr->n; i++) {
+    node_release(gr->nodes[i]);
+    free(gr->nodes[i]);
+  }
+  free(gr->nodes);
+  gr->nodes = NULL;
+  gr->n = gr->cap = 0;
+  for (sim_galloc *ga = g.gallocs; ga; ga = ga->next)
+    if (ga->owner == gr)
+      ga->owner = NULL;
+  for (struct CUgraphExec_st *x = g.execs; x; x = x->next)
+    if (x->graph == gr)
+      x->graph = NULL;
+  for (struct CUgraph_st **link = &g.graphs; *link; link = &(*link)->next)
+    if (*link == gr) {
+      *link = gr->next;
+      break;
+    }
+  gr->next = graveyard.graphs;
+  graveyard.graphs = gr;
+}
+
+static int graph_has_mem_nodes(const struct CUgraph_st *gr) {
+  for (size_t i = 0; i < gr->n; i++)
+    if (gr->nodes[i]->kind == SIM_NODE_ALLOC || gr->nodes[i]->kind == SIM_NODE_FREE)
+      return 1;
+  return 0;
+}
+
+/* ---- device pointers (for memset / memcpy) --------------------------------------------------- */
 
 /* 1 when [ptr, ptr + n) lies in one live pool block or cudaMalloc region. */
 static int dev_range(const void *ptr, size_t n) {
@@ -635,7 +1037,13 @@ static int dev_range(const void *ptr, size_t n) {
         if (b->live && a >= base && a - base <= b->size && n <= b->size - (a - base))
           return 1;
       }
-  return 0;
+  return galloc_range(ptr, n, 1);
+}
+
+/* What a captured memset or memcpy may name: live memory, or a graph allocation (whose memory
+ * is live only when the graph runs). */
+static int capture_range(const void *ptr, size_t n) {
+  return dev_range(ptr, n) || galloc_range(ptr, n, 0);
 }
 
 /* 1 when ptr points into simulated device memory at all (live or not): cudaMemcpyDefault. */
@@ -648,6 +1056,9 @@ static int dev_pointer(const void *ptr) {
     for (sim_segment *sg = p->segs; sg; sg = sg->next)
       if (a >= (uintptr_t)sg->base && a - (uintptr_t)sg->base < sg->size)
         return 1;
+  for (sim_galloc *ga = g.gallocs; ga; ga = ga->next)
+    if (a >= (uintptr_t)ga->base && a - (uintptr_t)ga->base < ga->size)
+      return 1;
   return 0;
 }
 
@@ -660,7 +1071,9 @@ static cudaError_t do_memset(void *ptr, int value, size_t n) {
   return cudaSuccess;
 }
 
-static cudaError_t do_memcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
+/* Checks a copy; in_range says which device memory it may touch. */
+static cudaError_t memcpy_check(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
+                                int (*in_range)(const void *, size_t)) {
   int dst_dev, src_dev;
   switch (kind) {
   case cudaMemcpyHostToHost: dst_dev = 0, src_dev = 0; break;
@@ -672,10 +1085,168 @@ static cudaError_t do_memcpy(void *dst, const void *src, size_t n, enum cudaMemc
   }
   if (n == 0)
     return cudaSuccess;
-  if (!dst || !src || (dst_dev && !dev_range(dst, n)) || (src_dev && !dev_range(src, n)))
+  if (!dst || !src || (dst_dev && !in_range(dst, n)) || (src_dev && !in_range(src, n)))
     return cudaErrorInvalidValue;
-  memmove(dst, src, n);
   return cudaSuccess;
+}
+
+static cudaError_t do_memcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
+  cudaError_t e = memcpy_check(dst, src, n, kind, dev_range);
+  if (e == cudaSuccess && n > 0)
+    memmove(dst, src, n);
+  return e;
+}
+
+/* ---- stream capture: recording ----------------------------------------------------------------
+ * Work enqueued on a capturing stream becomes a node of the capture's graph instead of running.
+ * An operation that cannot be captured as asked fails and invalidates the capture. */
+
+static cudaError_t capture_refuse(struct CUstream_st *s, cudaError_t e) {
+  capture_invalidate(s->cap);
+  return e;
+}
+
+/* A new node captured on s; NULL on host OOM. */
+static struct CUgraphNode_st *capture_node(struct CUstream_st *s, enum sim_node_kind kind) {
+  struct CUgraphNode_st *nd = graph_add(s->cap->graph, kind);
+  if (nd) {
+    s->cap_ops++;
+    s->cap_last = nd;
+  }
+  return nd;
+}
+
+static cudaError_t capture_memset(struct CUstream_st *s, void *ptr, int value, size_t n) {
+  if (n > 0 && !capture_range(ptr, n))
+    return capture_refuse(s, cudaErrorInvalidValue);
+  struct CUgraphNode_st *nd = capture_node(s, SIM_NODE_MEMSET);
+  if (!nd)
+    return cudaErrorMemoryAllocation;
+  nd->dst = ptr;
+  nd->value = value;
+  nd->n = n;
+  return cudaSuccess;
+}
+
+static cudaError_t capture_memcpy(struct CUstream_st *s, void *dst, const void *src, size_t n,
+                                  enum cudaMemcpyKind kind) {
+  cudaError_t e = memcpy_check(dst, src, n, kind, capture_range);
+  if (e != cudaSuccess)
+    return capture_refuse(s, e);
+  struct CUgraphNode_st *nd = capture_node(s, SIM_NODE_MEMCPY);
+  if (!nd)
+    return cudaErrorMemoryAllocation;
+  nd->dst = dst;
+  nd->src = src;
+  nd->n = n;
+  nd->dir = kind;
+  return cudaSuccess;
+}
+
+/* A stream allocation under capture is an allocation node: the graph owns the memory, not the
+ * pool (whose counters do not move), and the address is fixed from now on. */
+static cudaError_t capture_alloc(struct CUstream_st *s, int device, size_t size, void **out) {
+  if (size == 0)
+    return capture_refuse(s, cudaErrorInvalidValue);
+  sim_galloc *ga = galloc_new(device, size);
+  if (!ga)
+    return cudaErrorMemoryAllocation;
+  struct CUgraphNode_st *nd = capture_node(s, SIM_NODE_ALLOC);
+  if (!nd) {
+    galloc_reap(ga);
+    return cudaErrorMemoryAllocation;
+  }
+  nd->ga = ga;
+  ga->refs++;
+  ga->owner = s->cap->graph;
+  *out = ga->base;
+  return cudaSuccess;
+}
+
+/* Only graph allocations can be freed in a graph: a free node names an allocation node's address
+ * (cudaFreeAsync of memory from an uncaptured allocation is illegal during capture). One that
+ * its own graph frees cannot be freed anywhere else. */
+static cudaError_t capture_free(struct CUstream_st *s, void *ptr) {
+  sim_galloc *ga = ptr ? galloc_at(ptr) : NULL;
+  if (!ga || ga->owner_frees)
+    return capture_refuse(s, cudaErrorInvalidValue);
+  struct CUgraphNode_st *nd = capture_node(s, SIM_NODE_FREE);
+  if (!nd)
+    return cudaErrorMemoryAllocation;
+  nd->ga = ga;
+  ga->refs++;
+  if (ga->owner == s->cap->graph)
+    ga->owner_frees = 1;
+  return cudaSuccess;
+}
+
+/* A record in capture marks a point to fork from or join at; only cudaEventRecordExternal makes
+ * an event record node, which sets the event when the graph runs. */
+static cudaError_t capture_record(struct CUstream_st *s, struct CUevent_st *ev, unsigned flags) {
+  if (flags & cudaEventRecordExternal) {
+    struct CUgraphNode_st *nd = capture_node(s, SIM_NODE_EVENT);
+    if (!nd)
+      return cudaErrorMemoryAllocation;
+    nd->ev = ev;
+  }
+  ev->cap_id = s->cap->id;
+  ev->cap_stream = s;
+  ev->cap_pos = s->cap_ops;
+  ev->cap_node = s->cap_last;
+  return cudaSuccess;
+}
+
+/* s waits on an event last recorded in a capture: s joins that capture (a fork) when it is not
+ * capturing, marks the recording stream joined when it is part of the same capture. */
+static cudaError_t capture_wait(struct CUstream_st *s, struct CUevent_st *ev) {
+  sim_capture *c = capture_by_id(ev->cap_id);
+  if (!c)
+    return s->cap ? capture_refuse(s, cudaErrorInvalidValue) : cudaErrorInvalidValue;
+  if (c->invalidated)
+    return cudaErrorStreamCaptureInvalidated;
+  if (s->cap && s->cap != c) {
+    capture_invalidate(c);
+    return capture_refuse(s, cudaErrorStreamCaptureMerge);
+  }
+  if (!s->cap) {
+    if (s->kind == SIM_LEGACY) { /* the legacy stream cannot be captured */
+      capture_invalidate(c);
+      return cudaErrorStreamCaptureUnsupported;
+    }
+    s->cap = c;
+    s->cap_ops = s->cap_joined = 0;
+    s->cap_last = ev->cap_node;
+    return cudaSuccess;
+  }
+  struct CUstream_st *from = ev->cap_stream;
+  if (from != s && ev->cap_pos > from->cap_joined)
+    from->cap_joined = ev->cap_pos;
+  return cudaSuccess;
+}
+
+/* A stream that joined c has work after its last join. */
+static int capture_unjoined(const sim_capture *c) {
+  for (struct CUstream_st *s = g.streams; s; s = s->next)
+    if (s->cap == c && s != c->origin && s->cap_ops > s->cap_joined)
+      return 1;
+  return 0;
+}
+
+/* Takes every member out of capture and forgets c (its graph stays). */
+static void capture_end(sim_capture *c) {
+  for (struct CUstream_st *s = g.streams; s; s = s->next)
+    if (s->cap == c) {
+      s->cap = NULL;
+      s->cap_ops = s->cap_joined = 0;
+      s->cap_last = NULL;
+    }
+  for (sim_capture **link = &g.captures; *link; link = &(*link)->next)
+    if (*link == c) {
+      *link = c->next;
+      break;
+    }
+  c->graph->capture = NULL;
+  free(c);
 }
 
 /* ---- errors ---------------------------------------------------------------------------------- */
@@ -727,13 +1298,20 @@ static cudaError_t do_memcpy(void *dst, const void *src, size_t n, enum cudaMemc
   X(cudaErrorSystemNotReady, "system not yet initialized")                                        \
   X(cudaErrorSystemDriverMismatch,                                                                \
     "system has unsupported display driver / cuda driver combination")                            \
-  X(cudaErrorCompatNotSupportedOnDevice, "forward compatibility was attempted on non supported HW") \
+  X(cudaErrorCompatNotSupportedOnDevice,                                                          \
+    "forward compatibility was attempted on non supported HW")                                    \
   X(cudaErrorStreamCaptureUnsupported, "operation not permitted when stream is capturing")        \
   X(cudaErrorStreamCaptureInvalidated, "operation failed due to a previous error during capture") \
+  X(cudaErrorStreamCaptureMerge, "operation would result in a merge of separate capture sequences")\
+  X(cudaErrorStreamCaptureUnmatched, "capture was not ended in the same stream as it began")      \
+  X(cudaErrorStreamCaptureUnjoined, "capturing stream has unjoined work")                         \
+  X(cudaErrorStreamCaptureIsolation, "dependency created on uncaptured work in another stream")   \
   X(cudaErrorStreamCaptureImplicit,                                                               \
     "operation would make the legacy stream depend on a capturing blocking stream")               \
   X(cudaErrorCapturedEvent,                                                                       \
     "operation not permitted on an event last recorded in a capturing stream")                    \
+  X(cudaErrorStreamCaptureWrongThread, "attempt to terminate a thread-local capture sequence "   \
+                                       "from another thread")                                     \
   X(cudaErrorTimeout, "wait operation timed out")                                                 \
   X(cudaErrorUnknown, "unknown error")
 
@@ -902,6 +1480,10 @@ static cudaError_t device_synchronize(void) {
   cudaError_t e = cur_dev(&d);
   if (e != cudaSuccess)
     return e;
+  cudaError_t busy = capture_on_device(d); /* both checks run: each invalidates what it hits */
+  e = capture_unsafe();
+  if (busy != cudaSuccess || e != cudaSuccess)
+    return cudaErrorStreamCaptureUnsupported;
   device_complete(d);
   device_release(d);
   return cudaSuccess;
@@ -992,6 +1574,10 @@ static cudaError_t stream_destroy(cudaStream_t h) {
     return cudaErrorInvalidResourceHandle;
   if (h->kind != SIM_USER)
     return cudaErrorInvalidResourceHandle;
+  if (h->cap) { /* cudasim's choice: the stream stays, its capture is invalidated */
+    capture_invalidate(h->cap);
+    return cudaErrorStreamCaptureUnsupported;
+  }
   stream_forget(h);
   reap_all();
   return cudaSuccess;
@@ -1002,6 +1588,8 @@ cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t stream) { SIM_CALL(stream_d
 static cudaError_t stream_synchronize(cudaStream_t h) {
   struct CUstream_st *s;
   cudaError_t e = stream_get(h, &s);
+  if (e == cudaSuccess)
+    e = stream_wait_check(s);
   if (e != cudaSuccess)
     return e;
   s->completed = s->ticket;
@@ -1016,6 +1604,8 @@ cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t stream) {
 static cudaError_t stream_query(cudaStream_t h) {
   struct CUstream_st *s;
   cudaError_t e = stream_get(h, &s);
+  if (e == cudaSuccess)
+    e = stream_wait_check(s);
   if (e != cudaSuccess)
     return e;
   return s->completed < s->ticket ? cudaErrorNotReady : cudaSuccess;
@@ -1051,28 +1641,55 @@ cudaError_t CUDARTAPI cudaStreamGetPriority(cudaStream_t hStream, int *priority)
   SIM_CALL(stream_get_priority(hStream, priority));
 }
 
-static cudaError_t stream_wait_event(cudaStream_t h, cudaEvent_t ev) {
+/* Outside capture a wait orders nothing in cudasim (no dependencies between streams); in capture
+ * it forks, joins, or crosses the capture's boundary, which only cudaEventWaitExternal may. */
+static cudaError_t stream_wait_event(cudaStream_t h, cudaEvent_t ev, unsigned flags) {
   struct CUstream_st *s;
   cudaError_t e = stream_get(h, &s);
   if (e != cudaSuccess)
     return e;
-  return event_known(ev) ? cudaSuccess : cudaErrorInvalidResourceHandle;
+  if (!event_known(ev))
+    return cudaErrorInvalidResourceHandle;
+  if (flags & ~(unsigned)cudaEventWaitExternal)
+    return cudaErrorInvalidValue;
+  e = stream_use(s);
+  if (e != cudaSuccess)
+    return e;
+  if (ev->cap_id)
+    return capture_wait(s, ev);
+  if (!s->cap || !ev->recorded) /* waiting on a never recorded event is a no-op */
+    return cudaSuccess;
+  if (!(flags & cudaEventWaitExternal))
+    return capture_refuse(s, cudaErrorStreamCaptureIsolation);
+  struct CUgraphNode_st *nd = capture_node(s, SIM_NODE_WAIT);
+  if (!nd)
+    return cudaErrorMemoryAllocation;
+  nd->ev = ev;
+  return cudaSuccess;
 }
 
 cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event,
                                           unsigned int flags) {
-  (void)flags;
-  SIM_CALL(stream_wait_event(stream, event));
+  SIM_CALL(stream_wait_event(stream, event, flags));
 }
 
+static enum cudaStreamCaptureStatus capture_status(const struct CUstream_st *s) {
+  if (!s->cap)
+    return cudaStreamCaptureStatusNone;
+  return s->cap->invalidated ? cudaStreamCaptureStatusInvalidated : cudaStreamCaptureStatusActive;
+}
+
+/* The status query shared by cudaStreamIsCapturing and the simulated cuStreamIsCapturing. */
 static cudaError_t stream_is_capturing(cudaStream_t h, enum cudaStreamCaptureStatus *status) {
   struct CUstream_st *s;
   if (!status)
     return cudaErrorInvalidValue;
   cudaError_t e = stream_get(h, &s);
+  if (e == cudaSuccess && s->kind == SIM_LEGACY)
+    e = legacy_implicit(s->device, 0);
   if (e != cudaSuccess)
     return e;
-  *status = cudaStreamCaptureStatusNone;
+  *status = capture_status(s);
   return cudaSuccess;
 }
 
@@ -1120,34 +1737,60 @@ static cudaError_t event_destroy(cudaEvent_t ev) {
 
 cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t event) { SIM_CALL(event_destroy(event)); }
 
-static cudaError_t event_record(cudaEvent_t ev, cudaStream_t h) {
-  struct CUstream_st *s;
-  if (!event_known(ev))
-    return cudaErrorInvalidResourceHandle;
-  cudaError_t e = stream_get(h, &s);
-  if (e != cudaSuccess)
-    return e;
+static void event_set(struct CUevent_st *ev, struct CUstream_st *s) {
   ev->stream = s;
   ev->ticket = enqueue(s);
   ev->recorded = 1;
+  ev->cap_id = 0;
+}
+
+static cudaError_t event_record(cudaEvent_t ev, cudaStream_t h, unsigned flags) {
+  struct CUstream_st *s;
+  if (!event_known(ev))
+    return cudaErrorInvalidResourceHandle;
+  if (flags & ~(unsigned)cudaEventRecordExternal)
+    return cudaErrorInvalidValue;
+  cudaError_t e = stream_get(h, &s);
+  if (e == cudaSuccess)
+    e = stream_use(s);
+  if (e != cudaSuccess)
+    return e;
+  if (s->cap)
+    return capture_record(s, ev, flags);
+  event_set(ev, s);
   return cudaSuccess;
 }
 
 cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
-  SIM_CALL(event_record(event, stream));
+  SIM_CALL(event_record(event, stream, cudaEventRecordDefault));
+}
+
+cudaError_t CUDARTAPI cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream,
+                                               unsigned int flags) {
+  SIM_CALL(event_record(event, stream, flags));
+}
+
+/* Querying or waiting for an event: refused for a captured event, and potentially unsafe. */
+static cudaError_t event_wait_check(cudaEvent_t ev) {
+  if (!event_known(ev))
+    return cudaErrorInvalidResourceHandle;
+  cudaError_t e = event_capture_check(ev);
+  return e != cudaSuccess ? e : capture_unsafe();
 }
 
 static cudaError_t event_query(cudaEvent_t ev) {
-  if (!event_known(ev))
-    return cudaErrorInvalidResourceHandle;
+  cudaError_t e = event_wait_check(ev);
+  if (e != cudaSuccess)
+    return e;
   return event_done(ev) ? cudaSuccess : cudaErrorNotReady;
 }
 
 cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t event) { SIM_CALL(event_query(event)); }
 
 static cudaError_t event_synchronize(cudaEvent_t ev) {
-  if (!event_known(ev))
-    return cudaErrorInvalidResourceHandle;
+  cudaError_t e = event_wait_check(ev);
+  if (e != cudaSuccess)
+    return e;
   if (!ev->recorded || !ev->stream)
     return cudaSuccess;
   if (ev->stream->completed < ev->ticket)
@@ -1165,6 +1808,11 @@ static cudaError_t event_elapsed(float *ms, cudaEvent_t start, cudaEvent_t end) 
     return cudaErrorInvalidValue;
   if (!event_known(start) || !event_known(end))
     return cudaErrorInvalidResourceHandle;
+  cudaError_t e = event_capture_check(start);
+  if (e == cudaSuccess)
+    e = event_capture_check(end);
+  if (e != cudaSuccess)
+    return e;
   if (!start->recorded || !end->recorded || ((start->flags | end->flags) & cudaEventDisableTiming))
     return cudaErrorInvalidResourceHandle;
   if (!event_done(start) || !event_done(end))
@@ -1177,7 +1825,7 @@ cudaError_t CUDARTAPI cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEve
   SIM_CALL(event_elapsed(ms, start, end));
 }
 
-/* ---- pools ------------------------------------------------------------------------------------- */
+/* ---- pools ----------------------------------------------------------------------------------- */
 
 static cudaError_t get_default_pool(cudaMemPool_t *out, int device) {
   struct CUmemPoolHandle_st *p;
@@ -1270,7 +1918,7 @@ static cudaError_t pool_create(cudaMemPool_t *out, const struct cudaMemPoolProps
 
 cudaError_t CUDARTAPI cudaMemPoolCreate(cudaMemPool_t *memPool,
                                         const struct cudaMemPoolProps *poolProps) {
-  SIM_CALL(pool_create(memPool, poolProps));
+  SIM_UNSAFE_CALL(pool_create(memPool, poolProps));
 }
 
 static cudaError_t pool_destroy(cudaMemPool_t p) {
@@ -1285,7 +1933,9 @@ static cudaError_t pool_destroy(cudaMemPool_t p) {
   return cudaSuccess;
 }
 
-cudaError_t CUDARTAPI cudaMemPoolDestroy(cudaMemPool_t memPool) { SIM_CALL(pool_destroy(memPool)); }
+cudaError_t CUDARTAPI cudaMemPoolDestroy(cudaMemPool_t memPool) {
+  SIM_UNSAFE_CALL(pool_destroy(memPool));
+}
 
 static cudaError_t pool_set_attr(cudaMemPool_t p, enum cudaMemPoolAttr attr, const void *v) {
   if (!pool_known(p))
@@ -1315,7 +1965,7 @@ static cudaError_t pool_set_attr(cudaMemPool_t p, enum cudaMemPoolAttr attr, con
 
 cudaError_t CUDARTAPI cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr,
                                               void *value) {
-  SIM_CALL(pool_set_attr(memPool, attr, value));
+  SIM_UNSAFE_CALL(pool_set_attr(memPool, attr, value));
 }
 
 static cudaError_t pool_get_attr(cudaMemPool_t p, enum cudaMemPoolAttr attr, void *v) {
@@ -1343,7 +1993,7 @@ static cudaError_t pool_get_attr(cudaMemPool_t p, enum cudaMemPoolAttr attr, voi
 
 cudaError_t CUDARTAPI cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr,
                                               void *value) {
-  SIM_CALL(pool_get_attr(memPool, attr, value));
+  SIM_UNSAFE_CALL(pool_get_attr(memPool, attr, value));
 }
 
 static cudaError_t access_check(cudaMemPool_t p, const struct cudaMemAccessDesc *d) {
@@ -1377,7 +2027,7 @@ static cudaError_t pool_set_access(cudaMemPool_t p, const struct cudaMemAccessDe
 
 cudaError_t CUDARTAPI cudaMemPoolSetAccess(cudaMemPool_t memPool,
                                            const struct cudaMemAccessDesc *descList, size_t count) {
-  SIM_CALL(pool_set_access(memPool, descList, count));
+  SIM_UNSAFE_CALL(pool_set_access(memPool, descList, count));
 }
 
 static cudaError_t pool_get_access(enum cudaMemAccessFlags *flags, cudaMemPool_t p,
@@ -1394,7 +2044,7 @@ static cudaError_t pool_get_access(enum cudaMemAccessFlags *flags, cudaMemPool_t
 
 cudaError_t CUDARTAPI cudaMemPoolGetAccess(enum cudaMemAccessFlags *flags, cudaMemPool_t memPool,
                                            struct cudaMemLocation *location) {
-  SIM_CALL(pool_get_access(flags, memPool, location));
+  SIM_UNSAFE_CALL(pool_get_access(flags, memPool, location));
 }
 
 static cudaError_t pool_trim(cudaMemPool_t p, size_t keep) {
@@ -1407,7 +2057,7 @@ static cudaError_t pool_trim(cudaMemPool_t p, size_t keep) {
 }
 
 cudaError_t CUDARTAPI cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep) {
-  SIM_CALL(pool_trim(memPool, minBytesToKeep));
+  SIM_UNSAFE_CALL(pool_trim(memPool, minBytesToKeep));
 }
 
 static cudaError_t malloc_from_pool(void **ptr, size_t size, cudaMemPool_t p, cudaStream_t h) {
@@ -1417,9 +2067,11 @@ static cudaError_t malloc_from_pool(void **ptr, size_t size, cudaMemPool_t p, cu
   if (!pool_known(p))
     return cudaErrorInvalidResourceHandle;
   cudaError_t e = stream_get(h, &s);
+  if (e == cudaSuccess)
+    e = stream_use(s);
   if (e != cudaSuccess)
     return e;
-  return pool_alloc(p, s, size, ptr);
+  return s->cap ? capture_alloc(s, p->device, size, ptr) : pool_alloc(p, s, size, ptr);
 }
 
 cudaError_t CUDARTAPI cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool,
@@ -1434,10 +2086,12 @@ static cudaError_t malloc_async(void **ptr, size_t size, cudaStream_t h) {
     return cudaErrorInvalidValue;
   cudaError_t e = stream_get(h, &s);
   if (e == cudaSuccess)
+    e = stream_use(s);
+  if (e == cudaSuccess)
     e = current_pool(s->device, &p);
   if (e != cudaSuccess)
     return e;
-  return pool_alloc(p, s, size, ptr);
+  return s->cap ? capture_alloc(s, p->device, size, ptr) : pool_alloc(p, s, size, ptr);
 }
 
 cudaError_t CUDARTAPI cudaMallocAsync(void **devPtr, size_t size, cudaStream_t hStream) {
@@ -1447,9 +2101,20 @@ cudaError_t CUDARTAPI cudaMallocAsync(void **devPtr, size_t size, cudaStream_t h
 static cudaError_t free_async(void *ptr, cudaStream_t h) {
   struct CUstream_st *s;
   cudaError_t e = stream_get(h, &s);
+  if (e == cudaSuccess)
+    e = stream_use(s);
   if (e != cudaSuccess)
     return e;
-  return pool_free(ptr, s);
+  if (s->cap)
+    return capture_free(s, ptr);
+  sim_galloc *ga = ptr ? galloc_at(ptr) : NULL;
+  if (!ga)
+    return pool_free(ptr, s);
+  if (!ga->live)
+    return cudaErrorInvalidValue;
+  enqueue(s);
+  galloc_free(ga); /* at once: cudasim's simplification */
+  return cudaSuccess;
 }
 
 cudaError_t CUDARTAPI cudaFreeAsync(void *devPtr, cudaStream_t hStream) {
@@ -1496,7 +2161,9 @@ static cudaError_t plain_malloc(void **ptr, size_t size) {
   return cudaSuccess;
 }
 
-cudaError_t CUDARTAPI cudaMalloc(void **devPtr, size_t size) { SIM_CALL(plain_malloc(devPtr, size)); }
+cudaError_t CUDARTAPI cudaMalloc(void **devPtr, size_t size) {
+  SIM_UNSAFE_CALL(plain_malloc(devPtr, size));
+}
 
 /* cudaFree: a cudaMalloc region (with the implicit device synchronize), or a pool block, which
  * the real runtime also accepts (freed at once, without synchronizing). */
@@ -1517,6 +2184,11 @@ static cudaError_t plain_free(void *ptr) {
     device_release(d);
     return cudaSuccess;
   }
+  sim_galloc *ga = galloc_at(ptr);
+  if (ga && ga->live) {
+    galloc_free(ga);
+    return cudaSuccess;
+  }
   struct CUmemPoolHandle_st *p;
   sim_block *b = block_at(ptr, &p);
   if (!b)
@@ -1529,15 +2201,31 @@ static cudaError_t plain_free(void *ptr) {
   return cudaSuccess;
 }
 
-cudaError_t CUDARTAPI cudaFree(void *devPtr) { SIM_CALL(plain_free(devPtr)); }
+cudaError_t CUDARTAPI cudaFree(void *devPtr) { SIM_UNSAFE_CALL(plain_free(devPtr)); }
+
+/* Synchronous copies and sets run on the legacy stream. */
+static cudaError_t legacy_use(void) {
+  int d;
+  cudaError_t e = cur_dev(&d);
+  return e != cudaSuccess ? e : legacy_implicit(d, 1);
+}
+
+static cudaError_t sync_memset(void *ptr, int value, size_t n) {
+  cudaError_t e = legacy_use();
+  return e != cudaSuccess ? e : do_memset(ptr, value, n);
+}
 
 cudaError_t CUDARTAPI cudaMemset(void *devPtr, int value, size_t count) {
-  SIM_CALL(do_memset(devPtr, value, count));
+  SIM_UNSAFE_CALL(sync_memset(devPtr, value, count));
 }
 
 static cudaError_t memset_async(void *ptr, int value, size_t n, cudaStream_t h) {
   struct CUstream_st *s;
   cudaError_t e = stream_get(h, &s);
+  if (e == cudaSuccess)
+    e = stream_use(s);
+  if (e == cudaSuccess && s->cap)
+    return capture_memset(s, ptr, value, n);
   if (e == cudaSuccess)
     e = do_memset(ptr, value, n);
   if (e == cudaSuccess)
@@ -1549,15 +2237,24 @@ cudaError_t CUDARTAPI cudaMemsetAsync(void *devPtr, int value, size_t count, cud
   SIM_CALL(memset_async(devPtr, value, count, stream));
 }
 
+static cudaError_t sync_memcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
+  cudaError_t e = legacy_use();
+  return e != cudaSuccess ? e : do_memcpy(dst, src, n, kind);
+}
+
 cudaError_t CUDARTAPI cudaMemcpy(void *dst, const void *src, size_t count,
                                  enum cudaMemcpyKind kind) {
-  SIM_CALL(do_memcpy(dst, src, count, kind));
+  SIM_UNSAFE_CALL(sync_memcpy(dst, src, count, kind));
 }
 
 static cudaError_t memcpy_async(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
                                 cudaStream_t h) {
   struct CUstream_st *s;
   cudaError_t e = stream_get(h, &s);
+  if (e == cudaSuccess)
+    e = stream_use(s);
+  if (e == cudaSuccess && s->cap)
+    return capture_memcpy(s, dst, src, n, kind);
   if (e == cudaSuccess)
     e = do_memcpy(dst, src, n, kind);
   if (e == cudaSuccess)
@@ -1570,10 +2267,493 @@ cudaError_t CUDARTAPI cudaMemcpyAsync(void *dst, const void *src, size_t count,
   SIM_CALL(memcpy_async(dst, src, count, kind, stream));
 }
 
+/* ---- stream identity ------------------------------------------------------------------------- */
+
+static cudaError_t stream_get_id(cudaStream_t h, unsigned long long *id) {
+  struct CUstream_st *s;
+  if (!id)
+    return cudaErrorInvalidValue;
+  cudaError_t e = stream_get(h, &s);
+  if (e == cudaSuccess)
+    *id = s->id;
+  return e;
+}
+
+cudaError_t CUDARTAPI cudaStreamGetId(cudaStream_t hStream, unsigned long long *streamId) {
+  SIM_CALL(stream_get_id(hStream, streamId));
+}
+
+static cudaError_t stream_get_device(cudaStream_t h, int *device) {
+  struct CUstream_st *s;
+  if (!device)
+    return cudaErrorInvalidValue;
+  cudaError_t e = stream_get(h, &s); /* the built-in streams resolve on the current device */
+  if (e == cudaSuccess)
+    *device = s->device;
+  return e;
+}
+
+cudaError_t CUDARTAPI cudaStreamGetDevice(cudaStream_t hStream, int *device) {
+  SIM_CALL(stream_get_device(hStream, device));
+}
+
+/* ---- stream capture -------------------------------------------------------------------------- */
+
+static int valid_capture_mode(enum cudaStreamCaptureMode mode) {
+  return mode == cudaStreamCaptureModeGlobal || mode == cudaStreamCaptureModeThreadLocal ||
+         mode == cudaStreamCaptureModeRelaxed;
+}
+
+static cudaError_t begin_capture(cudaStream_t h, enum cudaStreamCaptureMode mode) {
+  struct CUstream_st *s;
+  if (!valid_capture_mode(mode))
+    return cudaErrorInvalidValue;
+  cudaError_t e = stream_get(h, &s);
+  if (e != cudaSuccess)
+    return e;
+  if (s->kind == SIM_LEGACY)
+    return cudaErrorStreamCaptureUnsupported;
+  if (s->cap)
+    return cudaErrorIllegalState;
+  sim_capture *c = calloc(1, sizeof *c);
+  struct CUgraph_st *gr = c ? graph_new() : NULL;
+  if (!gr) {
+    free(c);
+    return cudaErrorMemoryAllocation;
+  }
+  c->id = ++last_capture_id;
+  c->mode = mode;
+  c->thread = pthread_self();
+  c->origin = s;
+  c->graph = gr;
+  gr->capture = c;
+  c->next = g.captures;
+  g.captures = c;
+  s->cap = c;
+  s->cap_ops = s->cap_joined = 0;
+  s->cap_last = NULL;
+  return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode) {
+  SIM_CALL(begin_capture(stream, mode));
+}
+
+/* Ends the capture begun on h. A failed capture (invalidated, or with unjoined work) still ends:
+ * its streams leave capture mode and *graph is NULL. */
+static cudaError_t end_capture(cudaStream_t h, cudaGraph_t *graph) {
+  struct CUstream_st *s;
+  cudaError_t e = stream_get(h, &s);
+  if (e != cudaSuccess)
+    return e;
+  if (!graph)
+    return cudaErrorInvalidValue;
+  sim_capture *c = s->cap;
+  if (!c)
+    return cudaErrorIllegalState;
+  if (c->origin != s) {
+    capture_invalidate(c);
+    return cudaErrorStreamCaptureUnmatched;
+  }
+  if (c->mode != cudaStreamCaptureModeRelaxed && !pthread_equal(c->thread, pthread_self()))
+    return cudaErrorStreamCaptureWrongThread; /* the capture goes on */
+  e = c->invalidated        ? cudaErrorStreamCaptureInvalidated
+      : capture_unjoined(c) ? cudaErrorStreamCaptureUnjoined
+                            : cudaSuccess;
+  struct CUgraph_st *gr = c->graph;
+  capture_end(c);
+  if (e != cudaSuccess) {
+    graph_free(gr);
+    gr = NULL;
+  }
+  *graph = gr;
+  return e;
+}
+
+cudaError_t CUDARTAPI cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph) {
+  SIM_CALL(end_capture(stream, pGraph));
+}
+
+/* The dependencies reported are the stream's last captured node only (no fork/join edges). */
+static cudaError_t capture_info(cudaStream_t h, enum cudaStreamCaptureStatus *status,
+                                unsigned long long *id, cudaGraph_t *graph,
+                                const cudaGraphNode_t **deps, const cudaGraphEdgeData **edges,
+                                size_t *ndeps) {
+  static const cudaGraphEdgeData no_edge_data[1];
+  struct CUstream_st *s;
+  if (edges && !deps)
+    return cudaErrorInvalidValue;
+  cudaError_t e = stream_is_capturing(h, status);
+  if (e != cudaSuccess || *status != cudaStreamCaptureStatusActive)
+    return e;
+  (void)stream_get(h, &s); /* resolved already by stream_is_capturing */
+  if (id)
+    *id = s->cap->id;
+  if (graph)
+    *graph = s->cap->graph;
+  if (deps)
+    *deps = (const cudaGraphNode_t *)&s->cap_last;
+  if (edges)
+    *edges = no_edge_data;
+  if (ndeps)
+    *ndeps = s->cap_last ? 1 : 0;
+  return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaStreamGetCaptureInfo(cudaStream_t stream,
+                                               enum cudaStreamCaptureStatus *captureStatus_out,
+                                               unsigned long long *id_out, cudaGraph_t *graph_out,
+                                               const cudaGraphNode_t **dependencies_out,
+                                               const cudaGraphEdgeData **edgeData_out,
+                                               size_t *numDependencies_out) {
+  SIM_CALL(capture_info(stream, captureStatus_out, id_out, graph_out, dependencies_out,
+                        edgeData_out, numDependencies_out));
+}
+
+static cudaError_t exchange_capture_mode(enum cudaStreamCaptureMode *mode) {
+  if (!mode || !valid_capture_mode(*mode))
+    return cudaErrorInvalidValue;
+  enum cudaStreamCaptureMode old = t.mode;
+  t.mode = *mode;
+  *mode = old;
+  return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode) {
+  SIM_CALL(exchange_capture_mode(mode));
+}
+
+/* ---- graphs ---------------------------------------------------------------------------------- */
+
+static cudaError_t graph_create(cudaGraph_t *out, unsigned flags) {
+  if (!out || flags != 0)
+    return cudaErrorInvalidValue;
+  struct CUgraph_st *gr = graph_new();
+  if (!gr)
+    return cudaErrorMemoryAllocation;
+  *out = gr;
+  return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaGraphCreate(cudaGraph_t *pGraph, unsigned int flags) {
+  SIM_CALL(graph_create(pGraph, flags));
+}
+
+static cudaError_t graph_destroy(cudaGraph_t gr) {
+  if (!graph_known(gr) || gr->capture) /* a graph being captured into is the capture's */
+    return cudaErrorInvalidValue;
+  graph_free(gr);
+  return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaGraphDestroy(cudaGraph_t graph) { SIM_CALL(graph_destroy(graph)); }
+
+static cudaError_t graph_get_nodes(cudaGraph_t gr, cudaGraphNode_t *nodes, size_t *n) {
+  if (!graph_known(gr) || !n)
+    return cudaErrorInvalidValue;
+  if (nodes) {
+    for (size_t i = 0; i < *n; i++)
+      nodes[i] = i < gr->n ? gr->nodes[i] : NULL;
+    if (*n > gr->n)
+      *n = gr->n;
+  } else {
+    *n = gr->n;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t *nodes,
+                                        size_t *numNodes) {
+  SIM_CALL(graph_get_nodes(graph, nodes, numNodes));
+}
+
+static int node_known(cudaGraphNode_t nd) {
+  for (struct CUgraph_st *gr = g.graphs; gr; gr = gr->next)
+    for (size_t i = 0; i < gr->n; i++)
+      if (gr->nodes[i] == nd)
+        return 1;
+  return 0;
+}
+
+static cudaError_t node_get_type(cudaGraphNode_t nd, enum cudaGraphNodeType *type) {
+  static const enum cudaGraphNodeType types[] = {
+      [SIM_NODE_MEMSET] = cudaGraphNodeTypeMemset,  [SIM_NODE_MEMCPY] = cudaGraphNodeTypeMemcpy,
+      [SIM_NODE_ALLOC] = cudaGraphNodeTypeMemAlloc, [SIM_NODE_FREE] = cudaGraphNodeTypeMemFree,
+      [SIM_NODE_EVENT] = cudaGraphNodeTypeEventRecord, [SIM_NODE_WAIT] = cudaGraphNodeTypeWaitEvent,
+  };
+  if (!type || !node_known(nd))
+    return cudaErrorInvalidValue;
+  *type = types[nd->kind];
+  return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaGraphNodeGetType(cudaGraphNode_t node, enum cudaGraphNodeType *pType) {
+  SIM_CALL(node_get_type(node, pType));
+}
+
+static int exec_known(cudaGraphExec_t x) {
+  for (struct CUgraphExec_st *p = g.execs; p; p = p->next)
+    if (p == x)
+      return 1;
+  return 0;
+}
+
+static int valid_instantiate_flags(unsigned long long flags) {
+  unsigned long long known = cudaGraphInstantiateFlagAutoFreeOnLaunch |
+                             cudaGraphInstantiateFlagUpload | cudaGraphInstantiateFlagDeviceLaunch |
+                             cudaGraphInstantiateFlagUseNodePriority;
+  unsigned long long both = cudaGraphInstantiateFlagAutoFreeOnLaunch |
+                            cudaGraphInstantiateFlagDeviceLaunch;
+  return !(flags & ~known) && (flags & both) != both;
+}
+
+/* A graph with memory nodes may have one executable graph at a time; the copies of its nodes
+ * hold their graph allocations' addresses. */
+static cudaError_t instantiate(cudaGraphExec_t *out, cudaGraph_t gr, unsigned long long flags) {
+  if (!out || !graph_known(gr) || !valid_instantiate_flags(flags))
+    return cudaErrorInvalidValue;
+  int mem = graph_has_mem_nodes(gr);
+  if (mem && (gr->execs > 0 || (flags & cudaGraphInstantiateFlagDeviceLaunch)))
+    return cudaErrorInvalidValue;
+  struct CUgraphExec_st *x = calloc(1, sizeof *x);
+  struct CUgraphNode_st *nodes = x && gr->n ? calloc(gr->n, sizeof *nodes) : NULL;
+  if (!x || (gr->n && !nodes)) {
+    free(x);
+    return cudaErrorMemoryAllocation;
+  }
+  for (size_t i = 0; i < gr->n; i++) {
+    nodes[i] = *gr->nodes[i];
+    if (nodes[i].ga)
+      nodes[i].ga->refs++;
+  }
+  x->nodes = nodes;
+  x->n = gr->n;
+  x->flags = flags;
+  x->graph = gr;
+  gr->execs++;
+  x->next = g.execs;
+  g.execs = x;
+  *out = x;
+  return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
+                                           unsigned long long flags) {
+  SIM_CALL(instantiate(pGraphExec, graph, flags));
+}
+
+cudaError_t CUDARTAPI cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExec,
+                                                    cudaGraph_t graph, unsigned long long flags) {
+  SIM_CALL(instantiate(pGraphExec, graph, flags));
+}
+
+/* Live graph allocations survive their executable graph (and graph): they must be freed. */
+static cudaError_t exec_destroy(cudaGraphExec_t x) {
+  if (!exec_known(x))
+    return cudaErrorInvalidValue;
+  for (size_t i = 0; i < x->n; i++)
+    node_release(&x->nodes[i]);
+  free(x->nodes);
+  x->nodes = NULL;
+  x->n = 0;
+  if (x->graph)
+    x->graph->execs--;
+  x->graph = NULL;
+  for (struct CUgraphExec_st **link = &g.execs; *link; link = &(*link)->next)
+    if (*link == x) {
+      *link = x->next;
+      break;
+    }
+  x->next = graveyard.execs;
+  graveyard.execs = x;
+  return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaGraphExecDestroy(cudaGraphExec_t graphExec) {
+  SIM_CALL(exec_destroy(graphExec));
+}
+
+/* What a launch checks before it runs anything: no allocation of the graph may still be live
+ * (unless auto-free), and its allocations must fit each device at their peak. */
+static cudaError_t launch_check(const struct CUgraphExec_st *x) {
+  int autofree = (x->flags & cudaGraphInstantiateFlagAutoFreeOnLaunch) != 0;
+  for (size_t i = 0; i < x->n; i++)
+    if (x->nodes[i].kind == SIM_NODE_ALLOC && x->nodes[i].ga->live && !autofree)
+      return cudaErrorInvalidValue;
+  for (int d = 0; d < g.ndev; d++) {
+    size_t cur = g.dev[d].reserved;
+    for (size_t i = 0; i < x->n; i++) {
+      const struct CUgraphNode_st *nd = &x->nodes[i];
+      if (!nd->ga || nd->ga->device != d)
+        continue;
+      if (nd->kind == SIM_NODE_ALLOC && nd->ga->live) /* auto-freed first */
+        cur -= nd->ga->charged;
+      if (nd->kind == SIM_NODE_FREE)
+        cur -= nd->ga->charged < cur ? nd->ga->charged : cur;
+      else if (g.dev[d].capacity < cur || nd->ga->charged > g.dev[d].capacity - cur)
+        return cudaErrorMemoryAllocation;
+      else
+        cur += nd->ga->charged;
+    }
+  }
+  return cudaSuccess;
+}
+
+static cudaError_t node_run(const struct CUgraphNode_st *nd, struct CUstream_st *s) {
+  switch (nd->kind) {
+  case SIM_NODE_MEMSET: return do_memset(nd->dst, nd->value, nd->n);
+  case SIM_NODE_MEMCPY: return do_memcpy(nd->dst, nd->src, nd->n, nd->dir);
+  case SIM_NODE_ALLOC:
+    if (nd->ga->live)
+      galloc_free(nd->ga); /* cudaGraphInstantiateFlagAutoFreeOnLaunch */
+    galloc_live(nd->ga);
+    return cudaSuccess;
+  case SIM_NODE_FREE:
+    if (!nd->ga->live)
+      return cudaErrorInvalidValue;
+    galloc_free(nd->ga);
+    return cudaSuccess;
+  case SIM_NODE_EVENT:
+    if (event_known(nd->ev))
+      event_set(nd->ev, s);
+    return cudaSuccess;
+  case SIM_NODE_WAIT: return cudaSuccess;
+  }
+  return cudaErrorUnknown;
+}
+
+/* Runs the nodes in capture order, each one operation of s. */
+static cudaError_t graph_launch(cudaGraphExec_t x, cudaStream_t h) {
+  struct CUstream_st *s;
+  if (!exec_known(x))
+    return cudaErrorInvalidValue;
+  cudaError_t e = stream_get(h, &s);
+  if (e == cudaSuccess)
+    e = stream_use(s);
+  if (e != cudaSuccess)
+    return e;
+  if (s->cap)
+    return cudaErrorStreamCaptureUnsupported; /* cudasim captures no child graphs */
+  e = launch_check(x);
+  for (size_t i = 0; e == cudaSuccess && i < x->n; i++) {
+    e = node_run(&x->nodes[i], s);
+    if (x->nodes[i].kind != SIM_NODE_EVENT)
+      enqueue(s);
+  }
+  return e;
+}
+
+cudaError_t CUDARTAPI cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream) {
+  SIM_CALL(graph_launch(graphExec, stream));
+}
+
+/* ---- driver entry points ----------------------------------------------------------------------
+ * The one driver function spool asks for, cuStreamIsCapturing, simulated over the same state. */
+
+/* A runtime error as the driver would return it: the same number where the driver has that code
+ * (all codes the two APIs share have the same values), else CUDA_ERROR_UNKNOWN. */
+static CUresult cu_result(cudaError_t e) {
+  int v = (int)e;
+  if (e == cudaErrorInsufficientDriver)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  if ((v >= 0 && v <= 8) || v == 34 || v == 36 || v == 46 || (v >= 100 && v <= 102) ||
+      (v >= 200 && v <= 202) || (v >= 205 && v <= 226) || (v >= 300 && v <= 304) ||
+      (v >= 400 && v <= 402) || v == 500 || v == 600 || (v >= 700 && v <= 705) ||
+      (v >= 708 && v <= 721) || (v >= 800 && v <= 812) || (v >= 900 && v <= 916))
+    return (CUresult)v;
+  return CUDA_ERROR_UNKNOWN;
+}
+
+/* ptsz: the per-thread-default-stream variant, where handle 0 is the per-thread stream. The
+ * driver API leaves the runtime's last error alone. */
+static CUresult cu_is_capturing(CUstream h, CUstreamCaptureStatus *status, int ptsz) {
+  enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  cudaError_t e = sim_enter("cuStreamIsCapturing", 1);
+  if (e == cudaSuccess && !status)
+    e = cudaErrorInvalidValue;
+  if (e == cudaSuccess)
+    e = stream_is_capturing(h == NULL && ptsz ? cudaStreamPerThread : h, &st);
+  if (e == cudaSuccess)
+    *status = (CUstreamCaptureStatus)st;
+  unlock();
+  return cu_result(e);
+}
+
+static CUresult CUDAAPI sim_cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus *status) {
+  return cu_is_capturing(h, status, 0);
+}
+
+static CUresult CUDAAPI sim_cuStreamIsCapturing_ptsz(CUstream h, CUstreamCaptureStatus *status) {
+  return cu_is_capturing(h, status, 1);
+}
+
+/* The compiler checks the simulated functions against the driver's own typedefs. */
+static const PFN_cuStreamIsCapturing_v10000 sim_is_capturing_fn = sim_cuStreamIsCapturing;
+static const PFN_cuStreamIsCapturing_v10000_ptsz sim_is_capturing_ptsz_fn =
+    sim_cuStreamIsCapturing_ptsz;
+
+/* Not found is a success with a NULL function and a status that says so, as documented.
+ * version_checked: cudaGetDriverEntryPointByVersion refuses a version above the driver's. */
+static cudaError_t entry_point(const char *symbol, void **fn, unsigned version,
+                               int version_checked, unsigned long long flags,
+                               enum cudaDriverEntryPointQueryResult *status) {
+  unsigned long long known = cudaEnableLegacyStream | cudaEnablePerThreadDefaultStream;
+  if (!symbol || !fn || (flags & ~known))
+    return cudaErrorInvalidValue;
+  if (version_checked && version > (unsigned)g.driver)
+    return cudaErrorInvalidValue;
+  enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  *fn = NULL;
+  if (strcmp(symbol, "cuStreamIsCapturing") == 0) {
+    found = version < 10000 ? cudaDriverEntryPointVersionNotSufficent : cudaDriverEntryPointSuccess;
+    if (found == cudaDriverEntryPointSuccess && (flags & cudaEnablePerThreadDefaultStream))
+      memcpy(fn, &sim_is_capturing_ptsz_fn, sizeof *fn); /* no function-to-void* cast in C */
+    else if (found == cudaDriverEntryPointSuccess)
+      memcpy(fn, &sim_is_capturing_fn, sizeof *fn);
+  }
+  if (status)
+    *status = found;
+  return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaGetDriverEntryPointByVersion(
+    const char *symbol, void **funcPtr, unsigned int cudaVersion, unsigned long long flags,
+    enum cudaDriverEntryPointQueryResult *driverStatus) {
+  SIM_CALL(entry_point(symbol, funcPtr, cudaVersion, 1, flags, driverStatus));
+}
+
+/* Deprecated since CUDA 12.5: the version asked for is the runtime's own. */
+cudaError_t CUDARTAPI cudaGetDriverEntryPoint(const char *symbol, void **funcPtr,
+                                              unsigned long long flags,
+                                              enum cudaDriverEntryPointQueryResult *driverStatus) {
+  SIM_CALL(entry_point(symbol, funcPtr, CUDART_VERSION, 0, flags, driverStatus));
+}
+
 /* ---- control API ----------------------------------------------------------------------------- */
+
+/* Everything about captures and graphs goes; graph and exec handles to the graveyard. */
+static void reset_graphs(void) {
+  while (g.captures) {
+    sim_capture *c = g.captures;
+    g.captures = c->next;
+    c->graph->capture = NULL;
+    free(c);
+  }
+  while (g.execs)
+    (void)exec_destroy(g.execs);
+  while (g.graphs)
+    graph_free(g.graphs);
+  while (g.gallocs) { /* the live ones nobody freed */
+    sim_galloc *ga = g.gallocs;
+    g.gallocs = ga->next;
+    munmap(ga->base, ga->charged);
+    free(ga);
+  }
+}
 
 void cudasim_reset(void) {
   lock();
+  reset_graphs();
   while (g.pools)
     pool_unlink_free(g.pools);
   while (g.regions) {
@@ -1585,6 +2765,7 @@ void cudasim_reset(void) {
   while (g.streams) {
     struct CUstream_st *s = g.streams;
     g.streams = s->next;
+    s->cap = NULL;
     s->next = graveyard.streams;
     graveyard.streams = s;
   }
@@ -1735,6 +2916,47 @@ long cudasim_pending(cudaStream_t s) {
 int cudasim_armed(void) {
   lock();
   int n = (int)g.narmed;
+  unlock();
+  return n;
+}
+
+cudaStream_t cudasim_stream_create_at(cudaStream_t reuse, unsigned flags) {
+  struct CUstream_st *s = NULL;
+  lock();
+  int ok = g.driver != 0 && g.ndev > 0 && valid_dev(t.device) && reuse &&
+           !(flags & ~(unsigned)cudaStreamNonBlocking);
+  for (struct CUstream_st **link = &graveyard.streams; ok && *link; link = &(*link)->next)
+    if (*link == reuse) {
+      s = reuse;
+      *link = s->next;
+      break;
+    }
+  if (s) {
+    memset(s, 0, sizeof *s);
+    s->device = t.device;
+    s->flags = flags;
+    s->kind = SIM_USER;
+    s->id = ++last_stream_id; /* the address comes back, the id never does */
+    s->next = g.streams;
+    g.streams = s;
+  }
+  unlock();
+  return s;
+}
+
+int cudasim_capturing(cudaStream_t s) {
+  lock();
+  struct CUstream_st *st = control_stream(s);
+  int status = st ? (int)capture_status(st) : -1;
+  unlock();
+  return status;
+}
+
+long cudasim_graph_allocations(void) {
+  long n = 0;
+  lock();
+  for (sim_galloc *ga = g.gallocs; ga; ga = ga->next)
+    n += ga->live;
   unlock();
   return n;
 }

@@ -12,7 +12,12 @@
  *    unless the stream is held, in which case it completes only at a synchronize or a release;
  *  - a pool releases free memory down to its release threshold at every stream, event or device
  *    synchronize, and down to minBytesToKeep at cudaMemPoolTrimTo, as CUDA does;
- *  - device memory is real host memory, so cudaMemset and cudaMemcpy work on it.
+ *  - device memory is real host memory, so cudaMemset and cudaMemcpy work on it;
+ *  - stream capture records work into graphs instead of running it, with CUDA's rules (what
+ *    invalidates a capture, which calls the capture modes forbid), graph memory nodes, and the
+ *    driver's cuStreamIsCapturing through cudaGetDriverEntryPoint[ByVersion];
+ *  - every stream has a cudaStreamGetId that is never reused; handles are never reused either,
+ *    unless a test asks (cudasim_stream_create_at).
  * All functions are thread safe.
  */
 #ifndef CUDASIM_H
@@ -89,6 +94,28 @@ long cudasim_pending(cudaStream_t s);
 
 /* Failures armed with cudasim_fail that have not fired yet (to check that a test used them). */
 int cudasim_armed(void);
+
+/* ---- stream capture, graphs, stream handles ---------------------------------------------------
+ * cudasim models stream capture and the graphs it makes (see cudasim.c for what and how). The
+ * simulated driver function cuStreamIsCapturing (handed out by cudaGetDriverEntryPoint*) is
+ * counted by cudasim_calls("cuStreamIsCapturing") and can be made to fail with
+ * cudasim_fail("cuStreamIsCapturing", nth, err): it then returns err as a CUresult, the same
+ * number where the driver has that code, CUDA_ERROR_NOT_INITIALIZED for
+ * cudaErrorInsufficientDriver, CUDA_ERROR_UNKNOWN otherwise. */
+
+/* A new stream (current device, flags as cudaStreamCreateWithFlags) at the address of the
+ * destroyed stream reuse, as the real runtime may hand out a freed stream's address again; its
+ * cudaStreamGetId is new. NULL when reuse is not a destroyed stream, flags are invalid or there
+ * is no device. Without this call, handles are never reused. */
+cudaStream_t cudasim_stream_create_at(cudaStream_t reuse, unsigned flags);
+
+/* The capture status of s (cudaStreamCaptureStatusNone, Active or Invalidated), without the
+ * checks and side effects of the runtime calls; -1 for an unknown or destroyed stream. */
+int cudasim_capturing(cudaStream_t s);
+
+/* Graph allocations live now: allocated by a graph launch and not freed yet (by a free node,
+ * cudaFreeAsync or cudaFree). They are not counted by cudasim_live_allocations. */
+long cudasim_graph_allocations(void);
 
 #ifdef __cplusplus
 }
