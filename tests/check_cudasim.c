@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda.h> /* CUresult and CUstream for the simulated driver entry point */
 #include <cuda_runtime_api.h>
 
 #include "cudasim.h"
@@ -54,6 +55,17 @@ static cudaMemPool_t new_pool(int device, size_t max_size) {
   return p;
 }
 
+/* cudaMemPoolCreate's error in *err; the pool or NULL. */
+static cudaMemPool_t new_pool_raw(cudaError_t *err) {
+  struct cudaMemPoolProps props;
+  memset(&props, 0, sizeof props);
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  cudaMemPool_t p = NULL;
+  *err = cudaMemPoolCreate(&p, &props);
+  return *err == cudaSuccess ? p : NULL;
+}
+
 static uint64_t attr_u64(cudaMemPool_t p, enum cudaMemPoolAttr a) {
   uint64_t v = 0;
   CK(cudaMemPoolGetAttribute(p, a, &v));
@@ -74,7 +86,7 @@ static void *alloc(cudaMemPool_t p, size_t size, cudaStream_t s) {
   return ptr;
 }
 
-/* ---- errors, driver, devices ------------------------------------------------------------------- */
+/* ---- errors, driver, devices ----------------------------------------------------------------- */
 
 START_TEST(error_names) {
   ck_assert_str_eq(cudaGetErrorName(cudaSuccess), "cudaSuccess");
@@ -198,7 +210,7 @@ START_TEST(peers) {
 }
 END_TEST
 
-/* ---- fault injection and counting --------------------------------------------------------------- */
+/* ---- fault injection and counting ------------------------------------------------------------ */
 
 START_TEST(fail_nth) {
   cudaStream_t s;
@@ -269,7 +281,7 @@ START_TEST(calls_counted) {
 }
 END_TEST
 
-/* ---- streams and events ------------------------------------------------------------------------- */
+/* ---- streams and events ---------------------------------------------------------------------- */
 
 START_TEST(hold_release) {
   cudaStream_t s = new_stream();
@@ -421,7 +433,7 @@ START_TEST(per_thread_stream) {
 }
 END_TEST
 
-/* ---- pools ------------------------------------------------------------------------------------- */
+/* ---- pools ----------------------------------------------------------------------------------- */
 
 START_TEST(pool_create_rules) {
   cudasim_set_device_count(2);
@@ -787,7 +799,7 @@ START_TEST(destroy_with_live_blocks) {
 }
 END_TEST
 
-/* ---- memory operations --------------------------------------------------------------------------- */
+/* ---- memory operations ----------------------------------------------------------------------- */
 
 START_TEST(memset_memcpy) {
   cudaMemPool_t p = new_pool(0, 0);
@@ -837,7 +849,7 @@ START_TEST(cuda_free_of_pool_block) {
 }
 END_TEST
 
-/* ---- threads ------------------------------------------------------------------------------------- */
+/* ---- threads --------------------------------------------------------------------------------- */
 
 #define N_THREADS 8
 #define N_ITERS 300
@@ -903,7 +915,873 @@ START_TEST(threads_smoke) {
 }
 END_TEST
 
-/* ---- reset ------------------------------------------------------------------------------------- */
+/* ---- stream identity and handle reuse -------------------------------------------------------- */
+
+static unsigned long long stream_id(cudaStream_t s) {
+  unsigned long long id = 0;
+  CK(cudaStreamGetId(s, &id));
+  return id;
+}
+
+static void *ptds_id_thread(void *arg) {
+  unsigned long long *ids = arg;
+  ids[0] = stream_id(cudaStreamPerThread);
+  ids[1] = stream_id(cudaStreamPerThread);
+  ids[2] = stream_id(NULL);
+  return NULL;
+}
+
+START_TEST(stream_ids) {
+  cudaStream_t a = new_stream(), b = new_stream();
+  unsigned long long ia = stream_id(a), ib = stream_id(b);
+  unsigned long long legacy = stream_id(NULL), ptds = stream_id(cudaStreamPerThread);
+  ck_assert_uint_ne(ia, ib);
+  ck_assert_uint_ne(legacy, ptds);
+  ck_assert_uint_ne(legacy, ia);
+  ck_assert_uint_eq(stream_id(cudaStreamLegacy), legacy);
+  ck_assert_uint_eq(stream_id(a), ia); /* stable */
+  unsigned long long other[3];
+  pthread_t th;
+  ck_assert_int_eq(pthread_create(&th, NULL, ptds_id_thread, other), 0);
+  ck_assert_int_eq(pthread_join(th, NULL), 0);
+  ck_assert_uint_eq(other[0], other[1]);
+  ck_assert_uint_ne(other[0], ptds); /* each thread's per-thread stream is its own */
+  ck_assert_uint_eq(other[2], legacy); /* the legacy stream is the device's */
+  CK(cudaStreamDestroy(a));
+  unsigned long long id = 7;
+  CK_ERR(cudaStreamGetId(a, &id), cudaErrorInvalidResourceHandle);
+  CK_ERR(cudaStreamGetId(b, NULL), cudaErrorInvalidValue);
+  unsigned long long ic = stream_id(new_stream());
+  ck_assert_uint_gt(ic, ib); /* never reused */
+  cudasim_reset(); /* not even across a reset */
+  ck_assert_uint_gt(stream_id(new_stream()), ic);
+}
+END_TEST
+
+START_TEST(stream_device) {
+  cudasim_set_device_count(2);
+  cudaStream_t s0 = new_stream();
+  CK(cudaSetDevice(1));
+  cudaStream_t s1 = new_stream();
+  int d = -1;
+  CK(cudaStreamGetDevice(s0, &d));
+  ck_assert_int_eq(d, 0);
+  CK(cudaStreamGetDevice(s1, &d));
+  ck_assert_int_eq(d, 1);
+  CK(cudaStreamGetDevice(NULL, &d));
+  ck_assert_int_eq(d, 1); /* the built-in streams: the current device's */
+  CK(cudaStreamGetDevice(cudaStreamPerThread, &d));
+  ck_assert_int_eq(d, 1);
+  CK(cudaSetDevice(0));
+  CK(cudaStreamGetDevice(cudaStreamLegacy, &d));
+  ck_assert_int_eq(d, 0);
+  CK_ERR(cudaStreamGetDevice(s0, NULL), cudaErrorInvalidValue);
+  CK(cudaStreamDestroy(s1));
+  CK_ERR(cudaStreamGetDevice(s1, &d), cudaErrorInvalidResourceHandle);
+}
+END_TEST
+
+START_TEST(stream_handle_reuse) {
+  cudaStream_t s = new_stream(), live = new_stream();
+  unsigned long long old_id = stream_id(s);
+  CK(cudaStreamDestroy(s));
+  ck_assert_ptr_null(cudasim_stream_create_at(live, 0)); /* not destroyed */
+  ck_assert_ptr_null(cudasim_stream_create_at(NULL, 0));
+  ck_assert_ptr_null(cudasim_stream_create_at(s, 0x80)); /* bad flags */
+  cudaStream_t again = cudasim_stream_create_at(s, cudaStreamNonBlocking);
+  ck_assert_ptr_eq(again, s);
+  ck_assert_uint_ne(stream_id(again), old_id); /* same address, new stream */
+  unsigned flags = 0;
+  CK(cudaStreamGetFlags(again, &flags));
+  ck_assert_uint_eq(flags, cudaStreamNonBlocking);
+  ck_assert_int_eq(cudasim_stream_count(), 2);
+  CK(cudaMemsetAsync(NULL, 0, 0, again));
+  ck_assert_ptr_null(cudasim_stream_create_at(s, 0)); /* live again */
+  CK(cudaStreamDestroy(again));
+  CK_ERR(cudaStreamSynchronize(again), cudaErrorInvalidResourceHandle);
+}
+END_TEST
+
+/* ---- stream capture -------------------------------------------------------------------------- */
+
+static cudaGraph_t end_capture(cudaStream_t s) {
+  cudaGraph_t gr = NULL;
+  CK(cudaStreamEndCapture(s, &gr));
+  ck_assert_ptr_nonnull(gr);
+  return gr;
+}
+
+static size_t node_count(cudaGraph_t gr) {
+  size_t n = 99;
+  CK(cudaGraphGetNodes(gr, NULL, &n));
+  return n;
+}
+
+static enum cudaGraphNodeType node_type(cudaGraph_t gr, size_t i) {
+  cudaGraphNode_t nodes[16];
+  size_t n = 16;
+  enum cudaGraphNodeType type = cudaGraphNodeTypeEmpty;
+  CK(cudaGraphGetNodes(gr, nodes, &n));
+  ck_assert_uint_lt(i, n);
+  CK(cudaGraphNodeGetType(nodes[i], &type));
+  return type;
+}
+
+static cudaGraphExec_t instantiate(cudaGraph_t gr) {
+  cudaGraphExec_t x = NULL;
+  CK(cudaGraphInstantiate(&x, gr, 0));
+  return x;
+}
+
+START_TEST(capture_records_instead_of_running) {
+  cudaMemPool_t p = new_pool(0, 0);
+  cudaStream_t s = new_stream();
+  unsigned char *d = alloc(p, 256, s), host[256], back[256];
+  memset(host, 7, sizeof host);
+  CK(cudaMemset(d, 0, 256));
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  CK(cudaStreamIsCapturing(s, &st));
+  ck_assert_int_eq(st, cudaStreamCaptureStatusActive);
+  ck_assert_int_eq(cudasim_capturing(s), cudaStreamCaptureStatusActive);
+  CK(cudaMemcpyAsync(d, host, 256, cudaMemcpyHostToDevice, s));
+  CK(cudaMemsetAsync(d, 9, 16, s));
+  ck_assert_int_eq(cudasim_pending(s), 0);
+  cudaGraph_t gr = end_capture(s);
+  CK(cudaStreamIsCapturing(s, &st));
+  ck_assert_int_eq(st, cudaStreamCaptureStatusNone);
+  CK(cudaMemcpy(back, d, 256, cudaMemcpyDeviceToHost));
+  ck_assert_uint_eq(back[0], 0); /* nothing ran */
+  ck_assert_uint_eq(back[200], 0);
+  ck_assert_uint_eq(node_count(gr), 2);
+  ck_assert_int_eq(node_type(gr, 0), cudaGraphNodeTypeMemcpy);
+  ck_assert_int_eq(node_type(gr, 1), cudaGraphNodeTypeMemset);
+  cudaGraphExec_t x = instantiate(gr);
+  cudasim_hold(s);
+  CK(cudaGraphLaunch(x, s));
+  ck_assert_int_eq(cudasim_pending(s), 2); /* one operation a node */
+  CK(cudaMemcpy(back, d, 256, cudaMemcpyDeviceToHost));
+  ck_assert_uint_eq(back[0], 9); /* in capture order */
+  ck_assert_uint_eq(back[200], 7);
+  memset(host, 3, sizeof host); /* a memcpy node reads its source when it runs */
+  CK(cudaGraphLaunch(x, NULL));
+  CK(cudaMemcpy(back, d, 256, cudaMemcpyDeviceToHost));
+  ck_assert_uint_eq(back[200], 3);
+  CK(cudaGraphExecDestroy(x));
+  CK(cudaGraphDestroy(gr));
+  CK_ERR(cudaGraphLaunch(x, s), cudaErrorInvalidValue);
+  CK_ERR(cudaGraphDestroy(gr), cudaErrorInvalidValue);
+}
+END_TEST
+
+START_TEST(capture_begin_end_rules) {
+  cudaStream_t s = new_stream();
+  cudaGraph_t gr = (cudaGraph_t)(uintptr_t)0x99;
+  CK_ERR(cudaStreamBeginCapture(s, (enum cudaStreamCaptureMode)7), cudaErrorInvalidValue);
+  CK_ERR(cudaStreamBeginCapture(NULL, cudaStreamCaptureModeGlobal),
+         cudaErrorStreamCaptureUnsupported);
+  CK_ERR(cudaStreamBeginCapture(cudaStreamLegacy, cudaStreamCaptureModeGlobal),
+         cudaErrorStreamCaptureUnsupported);
+  CK_ERR(cudaStreamEndCapture(s, &gr), cudaErrorIllegalState);
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  CK_ERR(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaErrorIllegalState);
+  CK_ERR(cudaStreamEndCapture(s, NULL), cudaErrorInvalidValue);
+  CK_ERR(cudaStreamDestroy(s), cudaErrorStreamCaptureUnsupported); /* stays, invalidated */
+  ck_assert_int_eq(cudasim_capturing(s), cudaStreamCaptureStatusInvalidated);
+  CK_ERR(cudaStreamEndCapture(s, &gr), cudaErrorStreamCaptureInvalidated);
+  ck_assert_ptr_null(gr);
+  CK(cudaStreamDestroy(s));
+  /* an empty capture is a valid, empty graph; capture ids are unique */
+  cudaStream_t q = new_stream();
+  unsigned long long id1 = 0, id2 = 0;
+  enum cudaStreamCaptureStatus st;
+  CK(cudaStreamBeginCapture(q, cudaStreamCaptureModeRelaxed));
+  CK(cudaStreamGetCaptureInfo(q, &st, &id1, NULL, NULL, NULL, NULL));
+  gr = end_capture(q);
+  CK(cudaStreamBeginCapture(q, cudaStreamCaptureModeRelaxed));
+  CK(cudaStreamGetCaptureInfo(q, &st, &id2, NULL, NULL, NULL, NULL));
+  ck_assert_uint_ne(id1, id2);
+  cudaGraph_t gr2 = end_capture(q);
+  ck_assert_uint_eq(node_count(gr), 0);
+  cudaGraphExec_t x = instantiate(gr);
+  CK(cudaGraphLaunch(x, q));
+  CK(cudaGraphExecDestroy(x));
+  CK(cudaGraphDestroy(gr));
+  CK(cudaGraphDestroy(gr2));
+}
+END_TEST
+
+START_TEST(capture_info) {
+  cudaStream_t s = new_stream();
+  enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusActive;
+  unsigned long long id = 0;
+  cudaGraph_t gr = NULL;
+  const cudaGraphNode_t *deps = NULL;
+  const cudaGraphEdgeData *edges = NULL;
+  size_t n = 9;
+  CK(cudaStreamGetCaptureInfo(s, &st, &id, &gr, &deps, NULL, &n));
+  ck_assert_int_eq(st, cudaStreamCaptureStatusNone);
+  CK_ERR(cudaStreamGetCaptureInfo(s, NULL, NULL, NULL, NULL, NULL, NULL), cudaErrorInvalidValue);
+  CK_ERR(cudaStreamGetCaptureInfo(s, &st, NULL, NULL, NULL, &edges, NULL), cudaErrorInvalidValue);
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CK(cudaStreamGetCaptureInfo(s, &st, &id, &gr, &deps, &edges, &n));
+  ck_assert_int_eq(st, cudaStreamCaptureStatusActive);
+  ck_assert_uint_ne(id, 0);
+  ck_assert_ptr_nonnull(gr);
+  ck_assert_uint_eq(n, 0);
+  CK(cudaMemsetAsync(NULL, 0, 0, s));
+  CK(cudaStreamGetCaptureInfo(s, &st, NULL, NULL, &deps, NULL, &n));
+  ck_assert_uint_eq(n, 1);
+  cudaGraphNode_t node = NULL;
+  size_t one = 1;
+  CK(cudaGraphGetNodes(gr, &node, &one));
+  ck_assert_ptr_eq(deps[0], node); /* the node the next one will follow */
+  CK_ERR(cudaGraphDestroy(gr), cudaErrorInvalidValue); /* the capture's, for now */
+  cudaGraphExec_t x = instantiate(gr); /* allowed meanwhile */
+  cudaGraph_t done = end_capture(s);
+  ck_assert_ptr_eq(done, gr);
+  CK(cudaGraphExecDestroy(x));
+  CK(cudaGraphDestroy(done));
+}
+END_TEST
+
+START_TEST(capture_sync_invalidates) {
+  cudaStream_t s = new_stream();
+  cudaGraph_t gr = (cudaGraph_t)(uintptr_t)0x99;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+  CK_ERR(cudaStreamSynchronize(s), cudaErrorStreamCaptureUnsupported);
+  enum cudaStreamCaptureStatus st;
+  CK(cudaStreamIsCapturing(s, &st));
+  ck_assert_int_eq(st, cudaStreamCaptureStatusInvalidated);
+  CK_ERR(cudaMemsetAsync(NULL, 0, 0, s), cudaErrorStreamCaptureInvalidated);
+  CK_ERR(cudaStreamSynchronize(s), cudaErrorStreamCaptureInvalidated);
+  CK_ERR(cudaStreamEndCapture(s, &gr), cudaErrorStreamCaptureInvalidated);
+  ck_assert_ptr_null(gr);
+  CK(cudaStreamSynchronize(s)); /* usable again */
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+  CK_ERR(cudaStreamQuery(s), cudaErrorStreamCaptureUnsupported);
+  CK_ERR(cudaStreamEndCapture(s, &gr), cudaErrorStreamCaptureInvalidated);
+  CK(cudaStreamQuery(s));
+  CK_ERR(cudaGetLastError(), cudaErrorStreamCaptureInvalidated);
+}
+END_TEST
+
+START_TEST(capture_device_sync) {
+  cudasim_set_device_count(2);
+  CK(cudaSetDevice(1));
+  cudaStream_t s = new_stream();
+  CK(cudaSetDevice(0));
+  cudaStream_t other = new_stream();
+  cudaGraph_t gr;
+  /* relaxed: this thread may make unsafe calls, but a device synchronize of the capture's
+   * device is invalid whatever the mode */
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+  CK(cudaDeviceSynchronize()); /* device 0 */
+  CK(cudaStreamSynchronize(other));
+  ck_assert_int_eq(cudasim_capturing(s), cudaStreamCaptureStatusActive);
+  CK(cudaSetDevice(1));
+  CK_ERR(cudaDeviceSynchronize(), cudaErrorStreamCaptureUnsupported);
+  ck_assert_int_eq(cudasim_capturing(s), cudaStreamCaptureStatusInvalidated);
+  CK_ERR(cudaStreamEndCapture(s, &gr), cudaErrorStreamCaptureInvalidated);
+  CK(cudaDeviceSynchronize());
+}
+END_TEST
+
+START_TEST(capture_events) {
+  cudaStream_t s = new_stream(), q = new_stream();
+  cudaEvent_t ev, plain;
+  CK(cudaEventCreate(&ev));
+  CK(cudaEventCreate(&plain));
+  CK(cudaEventRecord(plain, q));
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+  CK(cudaEventRecord(ev, s));
+  CK(cudaEventQuery(plain)); /* relaxed: allowed for an event recorded outside */
+  ck_assert_int_eq(cudasim_pending(s), 0);
+  CK_ERR(cudaEventQuery(ev), cudaErrorCapturedEvent);
+  ck_assert_int_eq(cudasim_capturing(s), cudaStreamCaptureStatusInvalidated);
+  CK_ERR(cudaEventSynchronize(ev), cudaErrorStreamCaptureInvalidated);
+  cudaGraph_t gr;
+  CK_ERR(cudaStreamEndCapture(s, &gr), cudaErrorStreamCaptureInvalidated);
+  CK_ERR(cudaEventQuery(ev), cudaErrorInvalidValue); /* its capture is gone */
+  CK(cudaEventRecord(ev, s));
+  CK(cudaEventQuery(ev));
+  /* synchronize and elapsed time refuse a captured event too */
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+  CK(cudaEventRecord(ev, s));
+  float ms;
+  CK_ERR(cudaEventElapsedTime(&ms, plain, ev), cudaErrorCapturedEvent);
+  CK_ERR(cudaStreamEndCapture(s, &gr), cudaErrorStreamCaptureInvalidated);
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+  CK(cudaEventRecord(ev, s));
+  CK_ERR(cudaEventSynchronize(ev), cudaErrorCapturedEvent);
+  CK_ERR(cudaStreamEndCapture(s, &gr), cudaErrorStreamCaptureInvalidated);
+}
+END_TEST
+
+START_TEST(capture_external_event) {
+  cudaStream_t s = new_stream();
+  cudaEvent_t ev;
+  CK(cudaEventCreate(&ev));
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CK_ERR(cudaEventRecordWithFlags(ev, s, 0x10), cudaErrorInvalidValue);
+  CK(cudaEventRecordWithFlags(ev, s, cudaEventRecordExternal));
+  cudaGraph_t gr = end_capture(s);
+  ck_assert_uint_eq(node_count(gr), 1);
+  ck_assert_int_eq(node_type(gr, 0), cudaGraphNodeTypeEventRecord);
+  cudaGraphExec_t x = instantiate(gr);
+  cudasim_hold(s);
+  CK(cudaGraphLaunch(x, s)); /* the node records the event on the launch stream */
+  CK_ERR(cudaEventQuery(ev), cudaErrorNotReady);
+  cudasim_release(s);
+  CK(cudaEventQuery(ev));
+}
+END_TEST
+
+/* Runs fn(arg) on a new thread and waits for it. */
+static void on_thread(void *(*fn)(void *), void *arg) {
+  pthread_t th;
+  ck_assert_int_eq(pthread_create(&th, NULL, fn, arg), 0);
+  ck_assert_int_eq(pthread_join(th, NULL), 0);
+}
+
+typedef struct unsafe_probe {
+  enum cudaStreamCaptureMode mode; /* the thread's mode for the call */
+  cudaError_t err;
+} unsafe_probe;
+
+static void *malloc_thread(void *arg) {
+  unsafe_probe *pr = arg;
+  enum cudaStreamCaptureMode mode = pr->mode;
+  void *m = NULL;
+  pr->err = cudaThreadExchangeStreamCaptureMode(&mode);
+  if (pr->err == cudaSuccess)
+    pr->err = cudaMalloc(&m, 100);
+  if (pr->err == cudaSuccess)
+    pr->err = cudaFree(m);
+  return NULL;
+}
+
+static cudaError_t malloc_on_thread(enum cudaStreamCaptureMode mode) {
+  unsafe_probe pr = {mode, cudaErrorUnknown};
+  on_thread(malloc_thread, &pr);
+  return pr.err;
+}
+
+START_TEST(global_mode_prohibits_unsafe_calls) {
+  cudaStream_t s = new_stream();
+  cudaGraph_t gr;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CK(malloc_on_thread(cudaStreamCaptureModeThreadLocal)); /* ignores other threads' captures */
+  CK(malloc_on_thread(cudaStreamCaptureModeRelaxed));
+  ck_assert_int_eq(cudasim_capturing(s), cudaStreamCaptureStatusActive);
+  CK_ERR(malloc_on_thread(cudaStreamCaptureModeGlobal), cudaErrorStreamCaptureUnsupported);
+  ck_assert_int_eq(cudasim_capturing(s), cudaStreamCaptureStatusInvalidated);
+  CK_ERR(cudaStreamEndCapture(s, &gr), cudaErrorStreamCaptureInvalidated);
+  CK(malloc_on_thread(cudaStreamCaptureModeGlobal)); /* no capture: fine */
+  /* a thread-local capture restricts only its own thread */
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  CK(malloc_on_thread(cudaStreamCaptureModeGlobal));
+  void *m;
+  CK_ERR(cudaMalloc(&m, 1), cudaErrorStreamCaptureUnsupported);
+  CK_ERR(cudaStreamEndCapture(s, &gr), cudaErrorStreamCaptureInvalidated);
+  /* a relaxed capture restricts nobody */
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+  CK(malloc_on_thread(cudaStreamCaptureModeGlobal));
+  CK(cudaMalloc(&m, 1));
+  CK(cudaFree(m));
+  gr = end_capture(s);
+  CK(cudaGraphDestroy(gr));
+}
+END_TEST
+
+/* Each potentially unsafe call, made by the capturing thread in global mode, is refused and
+ * invalidates; the same call after cudaThreadExchangeStreamCaptureMode(relaxed) runs. */
+START_TEST(unsafe_calls_and_relaxed_mode) {
+  cudaMemPool_t p = new_pool(0, 0);
+  cudaStream_t s = new_stream();
+  cudaEvent_t ev;
+  CK(cudaEventCreate(&ev));
+  void *d = alloc(p, 1024, s);
+  uint64_t v = 0;
+  unsigned char byte = 0;
+  struct cudaMemLocation loc = {cudaMemLocationTypeDevice, 0};
+  enum cudaMemAccessFlags fl;
+  cudaGraph_t gr;
+  for (int call = 0; call < 10; call++) {
+    for (int relaxed = 0; relaxed < 2; relaxed++) {
+      enum cudaStreamCaptureMode mode =
+          relaxed ? cudaStreamCaptureModeRelaxed : cudaStreamCaptureModeGlobal;
+      CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+      CK(cudaThreadExchangeStreamCaptureMode(&mode));
+      cudaError_t e = cudaErrorUnknown;
+      void *m = NULL;
+      cudaMemPool_t q = NULL;
+      switch (call) {
+      case 0: e = cudaMalloc(&m, 1); break;
+      case 1: e = cudaFree(NULL); break;
+      case 2: e = cudaMemPoolTrimTo(p, 0); break;
+      case 3: e = cudaMemPoolSetAttribute(p, cudaMemPoolAttrReleaseThreshold, &v); break;
+      case 4: e = cudaMemPoolGetAttribute(p, cudaMemPoolAttrReservedMemCurrent, &v); break;
+      case 5: e = cudaMemPoolGetAccess(&fl, p, &loc); break;
+      case 6: e = cudaEventQuery(ev); break;
+      case 7: e = cudaMemcpy(&byte, d, 1, cudaMemcpyDeviceToHost); break;
+      case 8: e = cudaMemset(d, 0, 1); break;
+      case 9: q = new_pool_raw(&e); break;
+      }
+      CK(cudaThreadExchangeStreamCaptureMode(&mode)); /* back to global */
+      ck_assert_int_eq(mode, relaxed ? cudaStreamCaptureModeRelaxed : cudaStreamCaptureModeGlobal);
+      if (relaxed) {
+        ck_assert_msg(e == cudaSuccess, "call %d in relaxed mode: %s", call, cudaGetErrorName(e));
+        gr = end_capture(s);
+        CK(cudaGraphDestroy(gr));
+      } else {
+        ck_assert_msg(e == cudaErrorStreamCaptureUnsupported, "call %d: %s", call,
+                      cudaGetErrorName(e));
+        CK_ERR(cudaStreamEndCapture(s, &gr), cudaErrorStreamCaptureInvalidated);
+      }
+      if (m)
+        CK(cudaFree(m));
+      if (q)
+        CK(cudaMemPoolDestroy(q));
+    }
+  }
+  enum cudaStreamCaptureMode bad = (enum cudaStreamCaptureMode)9;
+  CK_ERR(cudaThreadExchangeStreamCaptureMode(&bad), cudaErrorInvalidValue);
+  CK_ERR(cudaThreadExchangeStreamCaptureMode(NULL), cudaErrorInvalidValue);
+}
+END_TEST
+
+START_TEST(legacy_stream_implicit) {
+  cudaStream_t blocking, nonblocking = new_stream();
+  CK(cudaStreamCreate(&blocking));
+  cudaGraph_t gr;
+  enum cudaStreamCaptureStatus st;
+  CK(cudaStreamBeginCapture(nonblocking, cudaStreamCaptureModeRelaxed));
+  CK(cudaMemsetAsync(NULL, 0, 0, NULL)); /* a non-blocking capture leaves the legacy alone */
+  CK(cudaStreamSynchronize(NULL));
+  gr = end_capture(nonblocking);
+  CK(cudaGraphDestroy(gr));
+  CK(cudaStreamBeginCapture(blocking, cudaStreamCaptureModeRelaxed));
+  CK_ERR(cudaStreamIsCapturing(NULL, &st), cudaErrorStreamCaptureImplicit);
+  ck_assert_int_eq(cudasim_capturing(blocking), cudaStreamCaptureStatusActive); /* no harm */
+  CK_ERR(cudaMemsetAsync(NULL, 0, 0, cudaStreamLegacy), cudaErrorStreamCaptureImplicit);
+  ck_assert_int_eq(cudasim_capturing(blocking), cudaStreamCaptureStatusInvalidated);
+  CK_ERR(cudaStreamEndCapture(blocking, &gr), cudaErrorStreamCaptureInvalidated);
+  /* the per-thread stream is blocking too; synchronous copies run on the legacy stream */
+  unsigned char a = 1, b = 0;
+  CK(cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeRelaxed));
+  CK_ERR(cudaMemcpy(&b, &a, 1, cudaMemcpyHostToHost), cudaErrorStreamCaptureImplicit);
+  CK_ERR(cudaStreamEndCapture(cudaStreamPerThread, &gr), cudaErrorStreamCaptureInvalidated);
+  CK(cudaStreamIsCapturing(NULL, &st));
+  ck_assert_int_eq(st, cudaStreamCaptureStatusNone);
+}
+END_TEST
+
+START_TEST(fork_and_join) {
+  cudaStream_t s = new_stream(), side = new_stream();
+  cudaEvent_t fork, join;
+  CK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  CK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CK(cudaEventRecord(fork, s));
+  CK(cudaStreamWaitEvent(side, fork, 0)); /* side joins the capture */
+  unsigned long long id_s = 0, id_side = 1;
+  enum cudaStreamCaptureStatus st;
+  CK(cudaStreamGetCaptureInfo(s, &st, &id_s, NULL, NULL, NULL, NULL));
+  CK(cudaStreamGetCaptureInfo(side, &st, &id_side, NULL, NULL, NULL, NULL));
+  ck_assert_int_eq(st, cudaStreamCaptureStatusActive);
+  ck_assert_uint_eq(id_s, id_side);
+  CK(cudaMemsetAsync(NULL, 0, 0, side));
+  ck_assert_int_eq(cudasim_pending(side), 0);
+  CK(cudaEventRecord(join, side));
+  CK(cudaStreamWaitEvent(s, join, 0));
+  cudaGraph_t gr = end_capture(s);
+  ck_assert_uint_eq(node_count(gr), 1);
+  ck_assert_int_eq(cudasim_capturing(side), cudaStreamCaptureStatusNone);
+  CK(cudaGraphDestroy(gr));
+  /* work after the last join: unjoined; the capture still ends */
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CK(cudaEventRecord(fork, s));
+  CK(cudaStreamWaitEvent(side, fork, 0));
+  CK(cudaMemsetAsync(NULL, 0, 0, side));
+  gr = (cudaGraph_t)(uintptr_t)0x99;
+  CK_ERR(cudaStreamEndCapture(side, &gr), cudaErrorStreamCaptureUnmatched); /* not the origin */
+  CK_ERR(cudaStreamEndCapture(s, &gr), cudaErrorStreamCaptureInvalidated);
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CK(cudaEventRecord(fork, s));
+  CK(cudaStreamWaitEvent(side, fork, 0));
+  CK(cudaMemsetAsync(NULL, 0, 0, side));
+  CK_ERR(cudaStreamEndCapture(s, &gr), cudaErrorStreamCaptureUnjoined);
+  ck_assert_ptr_null(gr);
+  ck_assert_int_eq(cudasim_capturing(side), cudaStreamCaptureStatusNone);
+}
+END_TEST
+
+START_TEST(capture_wait_rules) {
+  cudaStream_t s = new_stream(), q = new_stream(), r = new_stream();
+  cudaEvent_t outside, never, other;
+  CK(cudaEventCreate(&outside));
+  CK(cudaEventCreate(&never));
+  CK(cudaEventCreate(&other));
+  CK(cudaEventRecord(outside, q));
+  cudaGraph_t gr;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CK(cudaStreamWaitEvent(s, never, 0)); /* never recorded: a no-op */
+  CK_ERR(cudaStreamWaitEvent(s, outside, 0x4), cudaErrorInvalidValue);
+  CK(cudaStreamWaitEvent(s, outside, cudaEventWaitExternal)); /* a wait node */
+  CK_ERR(cudaStreamWaitEvent(s, outside, 0), cudaErrorStreamCaptureIsolation);
+  CK_ERR(cudaStreamEndCapture(s, &gr), cudaErrorStreamCaptureInvalidated);
+  /* two captures cannot merge */
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CK(cudaStreamBeginCapture(r, cudaStreamCaptureModeGlobal));
+  CK(cudaEventRecord(other, r));
+  CK_ERR(cudaStreamWaitEvent(s, other, 0), cudaErrorStreamCaptureMerge);
+  CK_ERR(cudaStreamEndCapture(s, &gr), cudaErrorStreamCaptureInvalidated);
+  CK_ERR(cudaStreamEndCapture(r, &gr), cudaErrorStreamCaptureInvalidated);
+  /* the wait node, kept */
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CK(cudaStreamWaitEvent(s, outside, cudaEventWaitExternal));
+  gr = end_capture(s);
+  ck_assert_int_eq(node_type(gr, 0), cudaGraphNodeTypeWaitEvent);
+}
+END_TEST
+
+typedef struct end_probe {
+  cudaStream_t s;
+  cudaError_t err;
+} end_probe;
+
+static void *end_thread(void *arg) {
+  end_probe *pr = arg;
+  cudaGraph_t gr = NULL;
+  pr->err = cudaStreamEndCapture(pr->s, &gr);
+  if (gr)
+    (void)cudaGraphDestroy(gr);
+  return NULL;
+}
+
+START_TEST(end_capture_thread) {
+  end_probe pr = {new_stream(), cudaErrorUnknown};
+  CK(cudaStreamBeginCapture(pr.s, cudaStreamCaptureModeGlobal));
+  on_thread(end_thread, &pr);
+  ck_assert_int_eq(pr.err, cudaErrorStreamCaptureWrongThread);
+  ck_assert_int_eq(cudasim_capturing(pr.s), cudaStreamCaptureStatusActive);
+  CK(cudaGraphDestroy(end_capture(pr.s)));
+  CK(cudaStreamBeginCapture(pr.s, cudaStreamCaptureModeRelaxed)); /* any thread may end it */
+  on_thread(end_thread, &pr);
+  ck_assert_int_eq(pr.err, cudaSuccess);
+  ck_assert_int_eq(cudasim_capturing(pr.s), cudaStreamCaptureStatusNone);
+}
+END_TEST
+
+/* ---- graph memory ---------------------------------------------------------------------------- */
+
+START_TEST(graph_allocation_lifetime) {
+  cudaMemPool_t p = new_pool(0, 0);
+  cudaStream_t s = new_stream();
+  size_t f0, f, t;
+  CK(cudaMemGetInfo(&f0, &t));
+  unsigned char *d = NULL, back[64];
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CK(cudaMallocFromPoolAsync((void **)&d, 4 * MiB, p, s));
+  ck_assert_ptr_nonnull(d);
+  CK(cudaMemsetAsync(d, 0x5C, 64, s));
+  cudaGraph_t gr = end_capture(s);
+  ck_assert_uint_eq(used(p), 0); /* the graph's memory, not the pool's */
+  ck_assert_uint_eq(reserved(p), 0);
+  ck_assert_int_eq(node_type(gr, 0), cudaGraphNodeTypeMemAlloc);
+  ck_assert_int_eq(cudasim_graph_allocations(), 0);
+  CK_ERR(cudaMemset(d, 0, 64), cudaErrorInvalidValue);   /* not live before a launch */
+  CK_ERR(cudaFreeAsync(d, s), cudaErrorInvalidValue);
+  cudaGraphExec_t x = instantiate(gr), x2;
+  CK_ERR(cudaGraphInstantiate(&x2, gr, 0), cudaErrorInvalidValue); /* one at a time */
+  CK(cudaGraphLaunch(x, s));
+  ck_assert_int_eq(cudasim_graph_allocations(), 1);
+  ck_assert_int_eq(cudasim_live_allocations(), 0);
+  CK(cudaMemGetInfo(&f, &t));
+  ck_assert_uint_eq(f0 - f, 4 * MiB);
+  CK(cudaMemcpy(back, d, 64, cudaMemcpyDeviceToHost)); /* usable after the launch */
+  ck_assert_uint_eq(back[63], 0x5C);
+  CK_ERR(cudaGraphLaunch(x, s), cudaErrorInvalidValue); /* its allocation is still live */
+  CK(cudaFreeAsync(d, s));
+  ck_assert_int_eq(cudasim_graph_allocations(), 0);
+  CK(cudaMemGetInfo(&f, &t));
+  ck_assert_uint_eq(f, f0);
+  CK(cudaGraphLaunch(x, s)); /* same address again */
+  CK(cudaMemset(d, 1, 64));
+  /* destroying the graph and its executable graph does not free a live allocation */
+  CK(cudaGraphExecDestroy(x));
+  CK(cudaGraphDestroy(gr));
+  ck_assert_int_eq(cudasim_graph_allocations(), 1);
+  CK(cudaMemcpy(back, d, 64, cudaMemcpyDeviceToHost));
+  ck_assert_uint_eq(back[0], 1);
+  CK(cudaFree(d));
+  ck_assert_int_eq(cudasim_graph_allocations(), 0);
+  CK_ERR(cudaFree(d), cudaErrorInvalidValue);
+  CK(cudaMemGetInfo(&f, &t));
+  ck_assert_uint_eq(f, f0);
+}
+END_TEST
+
+START_TEST(graph_allocation_freed_in_graph) {
+  cudaStream_t s = new_stream();
+  void *d = NULL;
+  cudaGraph_t gr;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CK(cudaMallocAsync(&d, 1000, s));
+  CK(cudaMemsetAsync(d, 0, 1000, s));
+  CK(cudaFreeAsync(d, s));
+  CK_ERR(cudaMemsetAsync(d, 0, 1001, s), cudaErrorInvalidValue); /* past the allocation */
+  CK_ERR(cudaStreamEndCapture(s, &gr), cudaErrorStreamCaptureInvalidated);
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CK(cudaMallocAsync(&d, 1000, s));
+  CK(cudaFreeAsync(d, s));
+  CK_ERR(cudaFreeAsync(d, s), cudaErrorInvalidValue); /* twice in one graph */
+  CK_ERR(cudaStreamEndCapture(s, &gr), cudaErrorStreamCaptureInvalidated);
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CK(cudaMallocAsync(&d, 1000, s));
+  CK(cudaMemsetAsync(d, 0, 1000, s));
+  CK(cudaFreeAsync(d, s));
+  gr = end_capture(s);
+  ck_assert_int_eq(node_type(gr, 2), cudaGraphNodeTypeMemFree);
+  cudaGraphExec_t x = instantiate(gr);
+  CK(cudaGraphLaunch(x, s));
+  CK(cudaGraphLaunch(x, s)); /* nothing left live: it may run again */
+  ck_assert_int_eq(cudasim_graph_allocations(), 0);
+  CK_ERR(cudaFreeAsync(d, s), cudaErrorInvalidValue);
+  CK(cudaGraphExecDestroy(x));
+  CK(cudaGraphDestroy(gr));
+  size_t f, t;
+  CK(cudaMemGetInfo(&f, &t));
+  ck_assert_uint_eq(f, t);
+}
+END_TEST
+
+START_TEST(capture_free_of_uncaptured_memory) {
+  cudaMemPool_t p = new_pool(0, 0);
+  cudaStream_t s = new_stream();
+  void *a = alloc(p, MiB, s);
+  cudaGraph_t gr;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CK_ERR(cudaFreeAsync(a, s), cudaErrorInvalidValue); /* only graph allocations */
+  CK_ERR(cudaStreamEndCapture(s, &gr), cudaErrorStreamCaptureInvalidated);
+  ck_assert_int_eq(cudasim_live_allocations(), 1);
+  ck_assert_uint_eq(used(p), MiB);
+  CK(cudaFreeAsync(a, s));
+}
+END_TEST
+
+START_TEST(graph_allocation_freed_by_another_graph) {
+  cudaStream_t s = new_stream();
+  void *d = NULL;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CK(cudaMallocAsync(&d, MiB, s));
+  cudaGraph_t ga = end_capture(s);
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CK(cudaFreeAsync(d, s));
+  cudaGraph_t gf = end_capture(s);
+  cudaGraphExec_t xa = instantiate(ga), xf = instantiate(gf);
+  CK_ERR(cudaGraphLaunch(xf, s), cudaErrorInvalidValue); /* nothing live to free yet */
+  CK(cudaGraphLaunch(xa, s));
+  ck_assert_int_eq(cudasim_graph_allocations(), 1);
+  CK(cudaGraphLaunch(xf, s));
+  ck_assert_int_eq(cudasim_graph_allocations(), 0);
+  CK(cudaGraphLaunch(xa, s));
+  CK(cudaGraphExecDestroy(xa));
+  CK(cudaGraphDestroy(ga));
+  CK(cudaGraphLaunch(xf, s)); /* the free node keeps the address */
+  ck_assert_int_eq(cudasim_graph_allocations(), 0);
+}
+END_TEST
+
+START_TEST(auto_free_on_launch) {
+  cudaStream_t s = new_stream();
+  void *d = NULL;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CK(cudaMallocAsync(&d, MiB, s));
+  cudaGraph_t gr = end_capture(s);
+  cudaGraphExec_t x = NULL;
+  CK_ERR(cudaGraphInstantiate(&x, gr, 0x100), cudaErrorInvalidValue);
+  CK_ERR(cudaGraphInstantiate(&x, gr, cudaGraphInstantiateFlagAutoFreeOnLaunch |
+                                          cudaGraphInstantiateFlagDeviceLaunch),
+         cudaErrorInvalidValue);
+  CK(cudaGraphInstantiate(&x, gr, cudaGraphInstantiateFlagAutoFreeOnLaunch));
+  CK(cudaGraphLaunch(x, s));
+  CK(cudaGraphLaunch(x, s));
+  ck_assert_int_eq(cudasim_graph_allocations(), 1);
+  size_t f, t;
+  CK(cudaMemGetInfo(&f, &t));
+  ck_assert_uint_eq(t - f, 2 * MiB);
+  CK(cudaFreeAsync(d, s));
+}
+END_TEST
+
+START_TEST(graph_launch_capacity) {
+  cudasim_set_capacity(0, 8 * MiB);
+  cudaStream_t s = new_stream();
+  void *a = NULL, *b = NULL;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CK(cudaMallocAsync(&a, 6 * MiB, s));
+  CK(cudaFreeAsync(a, s));
+  CK(cudaMallocAsync(&b, 6 * MiB, s)); /* fits at the graph's peak: 6 MiB */
+  cudaGraph_t gr = end_capture(s);
+  cudaGraphExec_t x = instantiate(gr);
+  void *m;
+  CK(cudaMalloc(&m, 4 * MiB));
+  CK_ERR(cudaGraphLaunch(x, s), cudaErrorMemoryAllocation);
+  ck_assert_int_eq(cudasim_graph_allocations(), 0); /* nothing ran */
+  ck_assert_int_eq(cudasim_pending(s), 0);
+  CK(cudaFree(m));
+  CK(cudaGraphLaunch(x, s));
+  ck_assert_int_eq(cudasim_graph_allocations(), 1);
+  CK(cudaFreeAsync(b, s));
+}
+END_TEST
+
+START_TEST(graph_api_misc) {
+  cudaGraph_t gr = NULL;
+  CK_ERR(cudaGraphCreate(&gr, 1), cudaErrorInvalidValue);
+  CK(cudaGraphCreate(&gr, 0));
+  ck_assert_uint_eq(node_count(gr), 0);
+  cudaGraphNode_t nodes[2] = {(cudaGraphNode_t)(uintptr_t)1, (cudaGraphNode_t)(uintptr_t)1};
+  size_t n = 2;
+  CK(cudaGraphGetNodes(gr, nodes, &n));
+  ck_assert_uint_eq(n, 0);
+  ck_assert_ptr_null(nodes[0]);
+  CK_ERR(cudaGraphGetNodes(gr, NULL, NULL), cudaErrorInvalidValue);
+  enum cudaGraphNodeType type;
+  CK_ERR(cudaGraphNodeGetType((cudaGraphNode_t)(uintptr_t)0x40, &type), cudaErrorInvalidValue);
+  cudaGraphExec_t x = NULL, y = NULL;
+  CK(cudaGraphInstantiateWithFlags(&x, gr, 0));
+  CK(cudaGraphInstantiate(&y, gr, 0)); /* no memory nodes: several at once */
+  cudaStream_t s = new_stream();
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CK_ERR(cudaGraphLaunch(x, s), cudaErrorStreamCaptureUnsupported); /* no child graphs */
+  ck_assert_int_eq(cudasim_capturing(s), cudaStreamCaptureStatusActive);
+  CK(cudaGraphDestroy(end_capture(s)));
+  CK(cudaGraphDestroy(gr));
+  CK(cudaGraphLaunch(x, s)); /* an executable graph outlives its graph */
+  CK(cudaGraphExecDestroy(x));
+  CK(cudaGraphExecDestroy(y));
+  CK_ERR(cudaGraphExecDestroy(y), cudaErrorInvalidValue);
+  CK_ERR(cudaGraphInstantiate(&x, gr, 0), cudaErrorInvalidValue);
+}
+END_TEST
+
+/* ---- driver entry points --------------------------------------------------------------------- */
+
+typedef CUresult (*is_capturing_fn)(CUstream, CUstreamCaptureStatus *);
+
+static is_capturing_fn entry_point(const char *symbol, unsigned long long flags,
+                                   enum cudaDriverEntryPointQueryResult *found) {
+  void *p = (void *)(uintptr_t)0x1;
+  is_capturing_fn fn = NULL;
+  CK(cudaGetDriverEntryPointByVersion(symbol, &p, 12000, flags, found));
+  memcpy(&fn, &p, sizeof fn); /* ISO C has no cast from void * to a function pointer */
+  return fn;
+}
+
+START_TEST(driver_entry_point) {
+  enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSuccess;
+  ck_assert_ptr_null((void *)(uintptr_t)entry_point("cuNoSuchThing", cudaEnableDefault, &found));
+  ck_assert_int_eq(found, cudaDriverEntryPointSymbolNotFound);
+  is_capturing_fn fn = entry_point("cuStreamIsCapturing", cudaEnableDefault, &found);
+  ck_assert_int_eq(found, cudaDriverEntryPointSuccess);
+  ck_assert(fn != NULL);
+  void *p = NULL;
+  CK(cudaGetDriverEntryPointByVersion("cuStreamIsCapturing", &p, 9020, 0, &found));
+  ck_assert_int_eq(found, cudaDriverEntryPointVersionNotSufficent);
+  ck_assert_ptr_null(p);
+  CK_ERR(cudaGetDriverEntryPointByVersion("cuStreamIsCapturing", &p, 13010, 0, &found),
+         cudaErrorInvalidValue); /* newer than the driver */
+  CK_ERR(cudaGetDriverEntryPointByVersion(NULL, &p, 12000, 0, &found), cudaErrorInvalidValue);
+  CK_ERR(cudaGetDriverEntryPointByVersion("cuStreamIsCapturing", &p, 12000, 8, &found),
+         cudaErrorInvalidValue);
+  CK(cudaGetDriverEntryPointByVersion("cuStreamIsCapturing", &p, 12000, 0, NULL));
+  ck_assert_ptr_nonnull(p);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations" /* the old call spool falls back on */
+  void *q = NULL;
+  CK(cudaGetDriverEntryPoint("cuStreamIsCapturing", &q, cudaEnableDefault, &found));
+#pragma GCC diagnostic pop
+  ck_assert_ptr_eq(q, p);
+  ck_assert_int_eq(cudasim_calls("cuStreamIsCapturing"), 0);
+
+  cudaStream_t s = new_stream();
+  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  ck_assert_int_eq(fn((CUstream)s, &st), CUDA_SUCCESS);
+  ck_assert_int_eq(st, CU_STREAM_CAPTURE_STATUS_NONE);
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  ck_assert_int_eq(fn((CUstream)s, &st), CUDA_SUCCESS);
+  ck_assert_int_eq(st, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  CK_ERR(cudaStreamSynchronize(s), cudaErrorStreamCaptureUnsupported);
+  ck_assert_int_eq(fn((CUstream)s, &st), CUDA_SUCCESS);
+  ck_assert_int_eq(st, CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+  cudaGraph_t gr;
+  CK_ERR(cudaStreamEndCapture(s, &gr), cudaErrorStreamCaptureInvalidated);
+  CK_ERR(cudaGetLastError(), cudaErrorStreamCaptureInvalidated);
+  ck_assert_int_eq(fn(NULL, &st), CUDA_SUCCESS);
+  ck_assert_int_eq(fn(CU_STREAM_LEGACY, &st), CUDA_SUCCESS);
+  ck_assert_int_eq(fn(CU_STREAM_PER_THREAD, &st), CUDA_SUCCESS);
+  ck_assert_int_eq(fn((CUstream)s, NULL), CUDA_ERROR_INVALID_VALUE);
+  ck_assert_int_eq(cudasim_calls("cuStreamIsCapturing"), 7);
+  CK(cudaGetLastError()); /* the driver API leaves the runtime's last error alone */
+  cudasim_fail("cuStreamIsCapturing", 1, cudaErrorInvalidResourceHandle);
+  cudasim_fail("cuStreamIsCapturing", 2, cudaErrorInvalidPitchValue);
+  cudasim_fail("cuStreamIsCapturing", 3, cudaErrorStreamCaptureImplicit);
+  ck_assert_int_eq(fn((CUstream)s, &st), CUDA_ERROR_INVALID_HANDLE);
+  ck_assert_int_eq(fn((CUstream)s, &st), CUDA_ERROR_UNKNOWN); /* no such driver code */
+  ck_assert_int_eq(fn((CUstream)s, &st), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+  CK(cudaStreamDestroy(s));
+  ck_assert_int_eq(fn((CUstream)s, &st), CUDA_ERROR_INVALID_HANDLE);
+  CK(cudaGetLastError());
+}
+END_TEST
+
+START_TEST(driver_entry_point_per_thread) {
+  enum cudaDriverEntryPointQueryResult found;
+  is_capturing_fn legacy = entry_point("cuStreamIsCapturing", cudaEnableLegacyStream, &found);
+  is_capturing_fn ptsz =
+      entry_point("cuStreamIsCapturing", cudaEnablePerThreadDefaultStream, &found);
+  ck_assert_int_eq(found, cudaDriverEntryPointSuccess);
+  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+  CK(cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeGlobal));
+  ck_assert_int_eq(ptsz(NULL, &st), CUDA_SUCCESS); /* handle 0 is this thread's stream */
+  ck_assert_int_eq(st, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  ck_assert_int_eq(legacy(CU_STREAM_PER_THREAD, &st), CUDA_SUCCESS);
+  ck_assert_int_eq(st, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  /* handle 0 is the legacy stream, which a capturing per-thread stream makes unusable */
+  ck_assert_int_eq(legacy(NULL, &st), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+  ck_assert_int_eq(cudasim_capturing(cudaStreamPerThread), cudaStreamCaptureStatusActive);
+  CK(cudaGraphDestroy(end_capture(cudaStreamPerThread)));
+}
+END_TEST
+
+START_TEST(reset_ends_captures) {
+  cudaStream_t s = new_stream();
+  void *d = NULL;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CK(cudaMallocAsync(&d, MiB, s));
+  cudaGraph_t gr = end_capture(s);
+  cudaGraphExec_t x = instantiate(gr);
+  CK(cudaGraphLaunch(x, s));
+  cudaStream_t q = new_stream();
+  CK(cudaStreamBeginCapture(q, cudaStreamCaptureModeGlobal));
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  CK(cudaThreadExchangeStreamCaptureMode(&mode));
+  cudasim_reset();
+  ck_assert_int_eq(cudasim_graph_allocations(), 0);
+  CK_ERR(cudaGraphLaunch(x, NULL), cudaErrorInvalidValue);
+  CK_ERR(cudaGraphDestroy(gr), cudaErrorInvalidValue);
+  void *m;
+  CK(cudaMalloc(&m, 1)); /* no capture left to forbid it */
+  mode = cudaStreamCaptureModeGlobal;
+  CK(cudaThreadExchangeStreamCaptureMode(&mode));
+  ck_assert_int_eq(mode, cudaStreamCaptureModeGlobal); /* the thread's mode was reset too */
+}
+END_TEST
+
+/* ---- reset ----------------------------------------------------------------------------------- */
 
 START_TEST(reset_clears) {
   cudasim_set_device_count(2);
@@ -957,7 +1835,7 @@ START_TEST(reset_clears) {
 }
 END_TEST
 
-/* ---- suite ------------------------------------------------------------------------------------- */
+/* ---- suite ----------------------------------------------------------------------------------- */
 
 static TCase *tcase(const char *name) {
   TCase *tc = tcase_create(name);
@@ -1012,8 +1890,42 @@ static Suite *sim_suite(void) {
   tc = tcase("threads");
   tcase_add_test(tc, threads_smoke);
   suite_add_tcase(s, tc);
+  tc = tcase("stream identity");
+  tcase_add_test(tc, stream_ids);
+  tcase_add_test(tc, stream_device);
+  tcase_add_test(tc, stream_handle_reuse);
+  suite_add_tcase(s, tc);
+  tc = tcase("capture");
+  tcase_add_test(tc, capture_records_instead_of_running);
+  tcase_add_test(tc, capture_begin_end_rules);
+  tcase_add_test(tc, capture_info);
+  tcase_add_test(tc, capture_sync_invalidates);
+  tcase_add_test(tc, capture_device_sync);
+  tcase_add_test(tc, capture_events);
+  tcase_add_test(tc, capture_external_event);
+  tcase_add_test(tc, global_mode_prohibits_unsafe_calls);
+  tcase_add_test(tc, unsafe_calls_and_relaxed_mode);
+  tcase_add_test(tc, legacy_stream_implicit);
+  tcase_add_test(tc, fork_and_join);
+  tcase_add_test(tc, capture_wait_rules);
+  tcase_add_test(tc, end_capture_thread);
+  suite_add_tcase(s, tc);
+  tc = tcase("graph memory");
+  tcase_add_test(tc, graph_allocation_lifetime);
+  tcase_add_test(tc, graph_allocation_freed_in_graph);
+  tcase_add_test(tc, capture_free_of_uncaptured_memory);
+  tcase_add_test(tc, graph_allocation_freed_by_another_graph);
+  tcase_add_test(tc, auto_free_on_launch);
+  tcase_add_test(tc, graph_launch_capacity);
+  tcase_add_test(tc, graph_api_misc);
+  suite_add_tcase(s, tc);
+  tc = tcase("driver entry points");
+  tcase_add_test(tc, driver_entry_point);
+  tcase_add_test(tc, driver_entry_point_per_thread);
+  suite_add_tcase(s, tc);
   tc = tcase("reset");
   tcase_add_test(tc, reset_clears);
+  tcase_add_test(tc, reset_ends_captures);
   suite_add_tcase(s, tc);
   return s;
 }
