@@ -964,7 +964,7 @@ static struct CUgraph_st *graph_new(void) {
   return gr;
 }
 
-/* Adds a node (the graph takes it) ; NULL on host OOM. */
+/* Adds a node (the graph owns it); NULL on host OOM. */
 static struct CUgraphNode_st *graph_add(struct CUgraph_st *gr, enum sim_node_kind kind) {
   if (gr->n == gr->cap) {
     size_t cap = gr->cap ? 2 * gr->cap : 16;
