@@ -26,19 +26,23 @@ static const char *buffer_text(const spool__buffer *b, char *out, size_t len) {
 
 /* ---- counters (under the lock) ---------------------------------------------------------- */
 
-static void count_alloc(spool__counters *c, uint64_t size, bool bytes_known) {
+static void count_alloc(spool_pool *p, uint64_t size, bool bytes_known) {
+  spool__counters *c = &p->c;
   c->allocs++;
   c->bytes_allocated += size;
   if (bytes_known) c->bytes_in_use += size;
   c->buffers_in_use++;
-  if (c->bytes_in_use > c->bytes_in_use_peak) c->bytes_in_use_peak = c->bytes_in_use;
-  if (c->buffers_in_use > c->buffers_in_use_peak) c->buffers_in_use_peak = c->buffers_in_use;
+  spool__totals_add(p, bytes_known ? (int64_t)size : 0, 1);
 }
 
-static void count_free(spool__counters *c, uint64_t size) {
+static void count_free(spool_pool *p, uint64_t size) {
+  spool__counters *c = &p->c;
   c->frees++;
   c->bytes_in_use -= size;
-  if (c->buffers_in_use) c->buffers_in_use--; /* track=off cannot tell a foreign pointer */
+  /* track=off cannot tell a foreign pointer */
+  int64_t buffers = c->buffers_in_use ? -1 : 0;
+  c->buffers_in_use += (uint64_t)buffers;
+  spool__totals_add(p, -(int64_t)size, buffers);
 }
 
 static void count_failure(spool_pool *p, spool_status s) {
@@ -50,7 +54,7 @@ static void count_failure(spool_pool *p, spool_status s) {
 
 /* ---- alloc ---------------------------------------------------------------------------------- */
 
-static spool_status cuda_alloc(spool_pool *p, void **out, size_t size, cudaStream_t stream) {
+spool_status spool__pool_alloc(spool_pool *p, void **out, size_t size, cudaStream_t stream) {
   cudaError_t err = cudaMallocFromPoolAsync(out, size, p->handle, stream);
   if (err == cudaSuccess) return SPOOL_OK;
   if (err == cudaErrorMemoryAllocation) {
@@ -70,11 +74,30 @@ static void undo_alloc(void *ptr, cudaStream_t stream, spool_status s) {
 
 static spool_status poison(void *ptr, int value, size_t size, cudaStream_t stream,
                            const char *ctx) {
+  if (size == 0) return SPOOL_OK;
   cudaError_t err = cudaMemsetAsync(ptr, value, size, stream);
   if (err != cudaSuccess)
     return spool__fail_cuda(err, "cudaMemsetAsync", "%s: poisoning %p with 0x%02X", ctx, ptr,
                             (unsigned)value);
   return SPOOL_OK;
+}
+
+spool_status spool__poison_new(spool_pool *pool, void *ptr, size_t size, cudaStream_t stream) {
+  return pool->cfg.poison ? poison(ptr, POISON_NEW, size, stream, ALLOC) : SPOOL_OK;
+}
+
+spool_status spool__poison_freed(spool_pool *pool, void *ptr, size_t size, cudaStream_t stream) {
+  if (!pool->cfg.poison) return SPOOL_OK;
+  spool_status s = poison(ptr, POISON_FREED, size, stream, FREE);
+  return s == SPOOL_OK ? s : spool__append(s, "; %p stays allocated", ptr);
+}
+
+void spool__bury(spool_pool *pool, const spool__buffer *b, const spool__site *site) {
+  spool__buffer dead = *b;
+  dead.died = *site;
+  pthread_mutex_lock(&pool->lock);
+  spool__grave_bury(&pool->graves, &dead);
+  pthread_mutex_unlock(&pool->lock);
 }
 
 /* Enters the new buffer in the table (unless track=off) and the counters. */
@@ -85,13 +108,13 @@ static spool_status record_alloc(spool_pool *p, void *ptr, size_t size, cudaStre
   /* Keeping the caller's site costs a copy; only the age's clock read is left to track=full. */
   spool__buffer b = {.ptr = (uintptr_t)ptr, .size = size, .stream = stream, .born = *site};
   if (track == SPOOL_TRACK_FULL) b.born_ns = spool__now_ns();
+  b.seq = atomic_fetch_add(&p->seq, 1) + 1;
   pthread_mutex_lock(&p->lock);
-  b.seq = ++p->c.next_seq;
   if (track != SPOOL_TRACK_OFF) {
     s = spool__table_insert(&p->live, &b);
     if (s == SPOOL_OK) spool__grave_forget(&p->graves, b.ptr); /* the address is live again */
   }
-  if (s == SPOOL_OK) count_alloc(&p->c, size, track != SPOOL_TRACK_OFF);
+  if (s == SPOOL_OK) count_alloc(p, size, track != SPOOL_TRACK_OFF);
   pthread_mutex_unlock(&p->lock);
   return s;
 }
@@ -104,7 +127,13 @@ static spool_status alloc_impl(spool_pool *pool, void **ptr, size_t size, cudaSt
   if (size == 0) return SPOOL_OK;
 
   void *p = NULL;
-  spool_status s = cuda_alloc(pool, &p, size, stream);
+  spool_status s;
+  if (spool__cacheable(pool, size) && spool__cache_alloc(pool, &p, size, stream, site, &s)) {
+    if (s != SPOOL_OK) count_failure(pool, s);
+    else *ptr = p;
+    return s;
+  }
+  s = spool__pool_alloc(pool, &p, size, stream);
   if (s == SPOOL_OK && pool->cfg.poison) {
     s = poison(p, POISON_NEW, size, stream, ALLOC);
     if (s != SPOOL_OK) undo_alloc(p, stream, s);
@@ -150,6 +179,7 @@ typedef struct refusal {
   spool__buffer freed_buf;  /* the recent free of ptr */
 } refusal;
 
+/* Under the pool's lock. */
 static void classify_own(spool_pool *p, uintptr_t ptr, refusal *r) {
   p->c.bad_frees++;
   const spool__buffer *b = spool__table_containing(&p->live, ptr);
@@ -211,7 +241,7 @@ static spool_status free_untracked(spool_pool *p, void *ptr, cudaStream_t stream
     return spool__fail_cuda(err, "cudaFreeAsync", "%s: %p on stream %p (track=off: spool did "
                             "not check the pointer)", FREE, ptr, (void *)stream);
   pthread_mutex_lock(&p->lock);
-  count_free(&p->c, 0);
+  count_free(p, 0);
   pthread_mutex_unlock(&p->lock);
   return SPOOL_OK;
 }
@@ -229,7 +259,7 @@ static cudaError_t release_locked(spool_pool *pool, spool__buffer *b, cudaStream
   }
   if (err == cudaSuccess) err = cudaFreeAsync((void *)b->ptr, stream);
   if (err == cudaSuccess) {
-    count_free(&pool->c, b->size);
+    count_free(pool, b->size);
     b->died = *site;
     spool__grave_bury(&pool->graves, b);
   } else {
@@ -238,30 +268,57 @@ static cudaError_t release_locked(spool_pool *pool, spool__buffer *b, cudaStream
   return err;
 }
 
-static spool_status free_impl(spool_pool *pool, void *ptr, cudaStream_t stream,
-                              const spool__site *site) {
-  if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", FREE);
-  if (!ptr) return SPOOL_OK;
-  if (pool->cfg.track == SPOOL_TRACK_OFF) return free_untracked(pool, ptr, stream);
-
+/* The pool's own table (buffers of the uncached path), under its lock. 1 when ptr was there. */
+static int free_tracked(spool_pool *pool, void *ptr, cudaStream_t stream, const spool__site *site,
+                        spool_status *s) {
   spool__buffer b;
-  refusal r = {0};
   cudaError_t err = cudaSuccess;
   const char *api = "cudaFreeAsync";
   pthread_mutex_lock(&pool->lock);
   int found = spool__table_remove(&pool->live, (uintptr_t)ptr, &b);
   if (found) err = release_locked(pool, &b, stream, site, &api);
-  else classify_own(pool, (uintptr_t)ptr, &r);
   pthread_mutex_unlock(&pool->lock);
-
-  if (!found) return refuse_free(pool, ptr, site, &r);
-  if (err == cudaSuccess) return SPOOL_OK;
+  if (!found || err == cudaSuccess) return found;
   char text[512];
   /* A poisoning memset already queued cannot be taken back: say what the buffer holds now. */
   bool poisoned = pool->cfg.poison && strcmp(api, "cudaFreeAsync") == 0;
-  return spool__fail_cuda(err, api, "%s: %s on stream %p; it stays allocated%s", FREE,
-                          buffer_text(&b, text, sizeof text), (void *)stream,
-                          poisoned ? ", but its contents are already overwritten with 0xDD" : "");
+  *s = spool__fail_cuda(err, api, "%s: %s on stream %p; it stays allocated%s", FREE,
+                        buffer_text(&b, text, sizeof text), (void *)stream,
+                        poisoned ? ", but its contents are already overwritten with 0xDD" : "");
+  return 1;
+}
+
+/* Says why ptr is refused, with what the pool and its caches know of it. */
+static spool_status refuse(spool_pool *pool, void *ptr, const spool__site *site, refusal *r) {
+  pthread_mutex_lock(&pool->lock);
+  if (r->freed) pool->c.bad_frees++;
+  else classify_own(pool, (uintptr_t)ptr, r);
+  pthread_mutex_unlock(&pool->lock);
+  if (!r->inside && pool->cfg.cache)
+    r->inside = spool__cache_containing(pool, (uintptr_t)ptr, &r->inside_buf) &&
+                r->inside_buf.ptr != (uintptr_t)ptr; /* at the start: another thread's, just now */
+  return refuse_free(pool, ptr, site, r);
+}
+
+/* Where a free goes: the stream's cache, the pool's table, another stream's cache; else it is
+ * refused. With track=off the driver judges what no cache knows. */
+static spool_status free_impl(spool_pool *pool, void *ptr, cudaStream_t stream,
+                              const spool__site *site) {
+  if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", FREE);
+  if (!ptr) return SPOOL_OK;
+  spool_status s = SPOOL_OK;
+  refusal r = {0};
+  spool__free_result fr = SPOOL__FREE_PASS;
+  if (pool->cfg.cache) fr = spool__cache_free(pool, ptr, stream, site, &s, &r.freed_buf);
+  if (fr == SPOOL__FREE_PASS && pool->cfg.track != SPOOL_TRACK_OFF &&
+      free_tracked(pool, ptr, stream, site, &s))
+    return s;
+  if (fr == SPOOL__FREE_PASS && pool->cfg.cache)
+    fr = spool__cache_free_moved(pool, ptr, stream, site, &s, &r.freed_buf);
+  if (fr == SPOOL__FREE_DONE) return s;
+  r.freed = fr == SPOOL__FREE_CACHED;
+  if (!r.freed && pool->cfg.track == SPOOL_TRACK_OFF) return free_untracked(pool, ptr, stream);
+  return refuse(pool, ptr, site, &r);
 }
 
 spool_status spool_free(spool_pool *pool, void *ptr, cudaStream_t stream) {
@@ -279,6 +336,9 @@ spool_status spool_free_at(spool_pool *pool, void *ptr, cudaStream_t stream, con
 
 spool_status spool_trim(spool_pool *pool, size_t keep_bytes) {
   if (!pool) return spool__fail(SPOOL_ERR_INVALID, "spool_trim: pool is NULL");
+  /* Cached blocks are in use as far as the pool knows: they go back first. */
+  spool_status s = spool__cache_flush_all(pool, "spool_trim");
+  if (s != SPOOL_OK) return s;
   cudaError_t err = cudaMemPoolTrimTo(pool->handle, keep_bytes);
   if (err != cudaSuccess) {
     char keep[SPOOL__SIZE_TEXT];

@@ -405,6 +405,14 @@ static const spool__key spool__keys[] = {
      "retries of an allocation that ran out of memory, after the pool gave back what it could"},
     {"poison", &spool__type_bool, SPOOL__AT(poison), NULL,
      "fill new buffers with 0xA5 and freed ones with 0xDD"},
+    {"cache", &spool__type_bool, SPOOL__AT(cache), NULL,
+     "per-stream caches of freed blocks in front of the pool"},
+    {"cache_limit", &spool__type_size, SPOOL__AT(cache_limit), NULL,
+     "most bytes all stream caches together hold"},
+    {"cache_max_block", &spool__type_size, SPOOL__AT(cache_max_block), NULL,
+     "largest allocation the caches serve; larger ones go to the pool"},
+    {"capture_check", &spool__type_bool, SPOOL__AT(capture_check), NULL,
+     "ask whether the stream is being captured before using its cache"},
 };
 #undef SPOOL__AT
 #define SPOOL__NKEYS (sizeof spool__keys / sizeof spool__keys[0])
@@ -614,6 +622,10 @@ void spool_config_init(spool_config *cfg) {
   cfg->report[0] = '\0';          /* SPOOL_REPORT, else stderr */
   cfg->oom_retries = 2;
   cfg->poison = false;
+  cfg->cache = true;
+  cfg->cache_limit = SPOOL_CACHE_LIMIT_DEFAULT;
+  cfg->cache_max_block = SPOOL_CACHE_MAX_BLOCK_DEFAULT;
+  cfg->capture_check = true;
 }
 
 spool_status spool_config_parse(spool_config *cfg, const char *text) {
@@ -809,6 +821,12 @@ spool_status spool_config_validate(const spool_config *cfg) {
     return spool__fail(SPOOL_ERR_CONFIG, "config: oom_retries is %u (expected 0 to %d)",
                        cfg->oom_retries, SPOOL__OOM_RETRIES_MAX);
   if ((st = spool__validate_report(cfg)) != SPOOL_OK) return st;
+  if (cfg->cache_max_block > SPOOL_CACHE_MAX_BLOCK_LIMIT) {
+    char have[SPOOL__SIZE_TEXT];
+    return spool__fail(SPOOL_ERR_CONFIG, "config: cache_max_block is %s (expected at most 1 "
+                       "TiB; larger blocks are better served by the pool itself)",
+                       spool__format_size(cfg->cache_max_block, have));
+  }
   /* max_size has no lower bound here: CUDA rounds it to its granularity, and any floor spool
    * picked would be a guess. Whether CUDA can honour it is spool_pool_create's question. */
   return SPOOL_OK;

@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 
 #if defined(__GNUC__)
 #define SPOOL__PRINTF(f, a) __attribute__((format(printf, f, a)))
@@ -86,7 +87,13 @@ typedef struct spool__buffer {
   spool__site born;     /* where it was allocated (track=full) */
   spool__site died;     /* where it was freed (graveyard records, track=full) */
   uint64_t born_ns;     /* CLOCK_MONOTONIC at allocation (track=full), for the age */
+  uint64_t bytes;       /* stream caches: the block's size, its size class's */
+  uint64_t tick;        /* stream caches: the cache's free count when the block was cached */
+  uint16_t cls;         /* stream caches: the size class */
+  uint8_t state;        /* stream caches: SPOOL__LIVE or SPOOL__CACHED */
 } spool__buffer;
+
+enum { SPOOL__LIVE = 0, SPOOL__CACHED = 1 };
 
 /* Open addressing, linear probing, backward-shift deletion: no tombstones, no allocation once
  * the table has grown to the working set. Not thread safe: the pool's lock guards it. */
@@ -102,6 +109,8 @@ spool_status spool__table_insert(spool__table *t, const spool__buffer *b);
 int spool__table_remove(spool__table *t, uintptr_t ptr, spool__buffer *out);
 /* The record of ptr, or NULL. Valid until the next change of t. */
 const spool__buffer *spool__table_find(const spool__table *t, uintptr_t ptr);
+/* The same, to change the record in place (never its ptr). */
+spool__buffer *spool__table_lookup(spool__table *t, uintptr_t ptr);
 /* The live buffer that ptr points inside of (not at its start), or NULL. A scan: error paths
  * only. */
 const spool__buffer *spool__table_containing(const spool__table *t, uintptr_t ptr);
@@ -148,13 +157,51 @@ void spool__registry_trim_device(const spool_pool *self);
 /* ---- the pool ----------------------------------------------------------------------------- */
 
 typedef struct spool__counters {
-  uint64_t bytes_in_use, bytes_in_use_peak;
-  uint64_t buffers_in_use, buffers_in_use_peak;
+  uint64_t bytes_in_use, buffers_in_use; /* peaks: the pool's peak_* totals */
   uint64_t allocs, frees, bytes_allocated;
   uint64_t alloc_failures, ooms, trims;
   uint64_t oom_retries, oom_recoveries, oom_handler_calls, bad_frees;
-  uint64_t next_seq;
 } spool__counters;
+
+/* ---- cache.c: the per-stream caches in front of the pool ----------------------------------- */
+
+/* Size classes: 512 B steps up to 4 KiB, then eight per doubling, up to 1 TiB
+ * (SPOOL_CACHE_MAX_BLOCK_LIMIT, the largest cache_max_block). A block is never more than 1/8
+ * larger than what it was allocated for (beyond the 512 B the pool rounds to anyway). */
+#define SPOOL__CLASSES 232
+
+typedef struct spool__bin {
+  uintptr_t *ptrs; /* cached blocks of one class, most recently freed last */
+  uint32_t count, cap;
+} spool__bin;
+
+/* What one stream cache has counted; summed over the caches for spool_stats. */
+typedef struct spool__cache_counters {
+  uint64_t bytes_in_use, buffers_in_use, bytes_cached;
+  uint64_t allocs, frees, bytes_allocated, hits, misses, flushes;
+} spool__cache_counters;
+
+/* One stream's cache. Only the threads using that stream take its lock, so threads on different
+ * streams never wait for each other on a hit. Never freed before the pool: threads keep
+ * pointers to it in their lookup slots. */
+typedef struct spool__scache {
+  atomic_int lock;
+  cudaStream_t stream;     /* the handle it is for; the legacy stream is always NULL */
+  uint64_t thread;         /* cudaStreamPerThread: the owning thread's number; else 0 */
+  spool__table blocks;     /* every block the stream holds, live or cached */
+  spool__bin bins[SPOOL__CLASSES];
+  spool__cache_counters c;
+  uint64_t seq_next, seq_end; /* allocation numbers taken from the pool in batches */
+  uint64_t pub_bytes, pub_buffers, pub_cached; /* what the pool's totals hold of this cache */
+  uint32_t ops;            /* operations since the last publication */
+  uint64_t tick;           /* blocks cached so far */
+  cudaEvent_t fence;       /* recorded on the stream for other streams that want its blocks */
+  uint64_t fence_tick;     /* tick when the fence was recorded */
+  uint64_t safe_tick;      /* blocks cached at or before it are done on the stream */
+  bool fence_pending;
+  bool fence_wanted;       /* another stream asked: record a fence at the next free */
+  struct spool__scache *next; /* the pool's list, under the pool's lock */
+} spool__scache;
 
 struct spool_pool {
   cudaMemPool_t handle;
@@ -168,6 +215,13 @@ struct spool_pool {
   spool_oom_fn oom_fn;
   void *oom_user;
   spool_pool *registry_next; /* guarded by the registry's lock */
+  uint64_t id;               /* unique in the process: the key of threads' lookup slots */
+  spool__scache *caches;     /* every stream cache, under the lock; freed at destroy */
+  atomic_uint_fast64_t seq;  /* the last allocation number handed out */
+  /* Pool-wide totals, each stream cache's share as it last published it (see cache.c): what
+   * the peaks and cache_limit are judged against without a lock on the hit path. */
+  atomic_uint_fast64_t total_bytes, total_buffers, total_cached;
+  atomic_uint_fast64_t peak_bytes, peak_buffers;
 };
 
 /* ---- device.c: device selection and memory ------------------------------------------------ */
@@ -208,6 +262,81 @@ spool_status spool__leak_report(spool_pool *pool, FILE *out, const char *context
  * buffer after a device synchronize. Returns SPOOL_OK when there were none, SPOOL_ERR_LEAKS, or
  * SPOOL_ERR_CUDA. */
 spool_status spool__free_leaks(spool_pool *pool);
+
+/* ---- cache.c ---------------------------------------------------------------------------- */
+
+/* Whether spool_alloc/spool_free may use the stream caches for size bytes. */
+bool spool__cacheable(const spool_pool *pool, size_t size);
+
+/* The cache's part of spool_alloc: true when it took the allocation (a hit, or a miss filled from
+ * the pool) with *s its status; false when the allocation takes the uncached path (the stream is
+ * being captured). */
+bool spool__cache_alloc(spool_pool *pool, void **ptr, size_t size, cudaStream_t stream,
+                        const spool__site *site, spool_status *s);
+
+/* The cache's part of spool_free. SPOOL__FREE_DONE: taken, *s says how it went;
+ * SPOOL__FREE_PASS: not a block of the stream's cache, take the uncached path;
+ * SPOOL__FREE_CACHED: ptr is already freed and sits in a cache (*dead is its record). */
+typedef enum { SPOOL__FREE_DONE, SPOOL__FREE_PASS, SPOOL__FREE_CACHED } spool__free_result;
+spool__free_result spool__cache_free(spool_pool *pool, void *ptr, cudaStream_t stream,
+                                     const spool__site *site, spool_status *s,
+                                     spool__buffer *dead);
+
+/* For a ptr in no table the free looked at: a live block of another stream's cache is moved to
+ * the freeing stream's cache (or the pool). Same results as spool__cache_free. */
+spool__free_result spool__cache_free_moved(spool_pool *pool, void *ptr, cudaStream_t stream,
+                                           const spool__site *site, spool_status *s,
+                                           spool__buffer *dead);
+
+/* For messages about a refused free: the live buffer of a stream cache that ptr points at or
+ * into. Takes the pool's lock. */
+bool spool__cache_containing(spool_pool *pool, uintptr_t ptr, spool__buffer *out);
+
+/* Gives every cached block back to the pool: when there are any, synchronizes the pool's device
+ * and frees them on this thread's per-thread stream (the caches' own streams may be gone), then
+ * waits for that stream. Returns SPOOL_OK or the first failure (the blocks that failed stay
+ * cached). Takes the pool's lock. */
+spool_status spool__cache_flush_all(spool_pool *pool, const char *ctx);
+
+/* Calls fn for every live buffer of every stream cache (each cache's lock held meanwhile). */
+void spool__cache_each_live(spool_pool *pool, void (*fn)(const spool__buffer *, void *),
+                            void *arg);
+
+/* The sum of every cache's counters into *cc (zeroed first). Exact: each cache publishes to the
+ * pool-wide totals on the way. Takes the pool's lock and each cache's. */
+void spool__cache_sum(spool_pool *pool, spool__cache_counters *cc);
+
+/* Bytes and buffers in use now, the uncached path's and every cache's (exact). */
+void spool__live_totals(spool_pool *pool, uint64_t *bytes, uint64_t *buffers);
+
+/* Sets the pool-wide peaks to the current totals (after publishing every cache). */
+void spool__cache_reset_peaks(spool_pool *pool);
+
+/* At destroy: gives every cached block back (blocks of streams that are gone, after a device
+ * synchronize) and frees the caches. Returns SPOOL_OK or the failure (blocks that could not be
+ * given back stay in the pool, which an own pool's destroy takes with it). */
+spool_status spool__cache_destroy(spool_pool *pool);
+
+/* The pool-wide totals: the uncached path's changes, published at once. */
+void spool__totals_add(spool_pool *pool, int64_t bytes, int64_t buffers);
+
+/* ---- capture.c ---------------------------------------------------------------------------- */
+
+/* Whether stream is being captured into a graph (active or invalidated): the driver's
+ * cuStreamIsCapturing, found once through the runtime (no libcuda link), else
+ * cudaStreamIsCapturing. SPOOL_OK with *capturing set, or SPOOL_ERR_CUDA for a stream CUDA does
+ * not know (destroyed?), with the message naming ctx and the stream. */
+spool_status spool__stream_capturing(cudaStream_t stream, bool *capturing, const char *ctx);
+
+/* ---- alloc.c, for cache.c ------------------------------------------------------------------ */
+
+/* cudaMallocFromPoolAsync with the out-of-memory policy. */
+spool_status spool__pool_alloc(spool_pool *pool, void **out, size_t size, cudaStream_t stream);
+/* cudaMemsetAsync with the poison byte, when the pool poisons. */
+spool_status spool__poison_new(spool_pool *pool, void *ptr, size_t size, cudaStream_t stream);
+spool_status spool__poison_freed(spool_pool *pool, void *ptr, size_t size, cudaStream_t stream);
+/* Remembers a buffer given back to the driver, for double-free messages (takes the lock). */
+void spool__bury(spool_pool *pool, const spool__buffer *b, const spool__site *site);
 
 /* ---- time --------------------------------------------------------------------------------- */
 

@@ -84,30 +84,43 @@ static void print_groups(FILE *out, spool__buffer *bufs, size_t n, group *groups
   }
 }
 
+/* Every live buffer of the pool: its own table's (uncached path) and every stream cache's. */
+static void each_live(spool_pool *pool, void (*fn)(const spool__buffer *, void *), void *arg) {
+  pthread_mutex_lock(&pool->lock);
+  spool__table_each(&pool->live, fn, arg);
+  pthread_mutex_unlock(&pool->lock);
+  spool__cache_each_live(pool, fn, arg);
+}
+
 typedef struct snapshot {
   spool__buffer *bufs;
-  size_t n;
+  size_t n, cap;
   uint64_t bytes;
+  bool oom;
 } snapshot;
 
 static void collect(const spool__buffer *b, void *arg) {
   snapshot *s = arg;
-  s->bufs[s->n++] = *b;
+  if (s->n == s->cap && !s->oom) {
+    size_t cap = s->cap ? 2 * s->cap : 64;
+    spool__buffer *bufs = realloc(s->bufs, cap * sizeof *bufs);
+    if (bufs) s->bufs = bufs, s->cap = cap;
+    else s->oom = true;
+  }
+  s->bytes += b->size;
+  if (!s->oom) s->bufs[s->n++] = *b;
 }
 
 spool_status spool__leak_report(spool_pool *pool, FILE *out, const char *context) {
-  pthread_mutex_lock(&pool->lock);
-  size_t n = pool->live.count;
-  snapshot snap = {.bufs = n ? malloc(n * sizeof *snap.bufs) : NULL, .n = 0,
-                   .bytes = pool->c.bytes_in_use};
-  group *groups = n ? malloc(n * sizeof *groups) : NULL;
-  if (snap.bufs && groups) spool__table_each(&pool->live, collect, &snap);
-  pthread_mutex_unlock(&pool->lock);
+  snapshot snap = {0};
+  each_live(pool, collect, &snap);
+  size_t n = snap.n;
+  group *groups = n && !snap.oom ? malloc(n * sizeof *groups) : NULL;
 
   spool_status s = SPOOL_OK;
   char size[SPOOL__SIZE_TEXT];
-  if (n && (!snap.bufs || !groups)) {
-    s = spool__fail(SPOOL_ERR_HOST_OOM, "%s: no host memory to list %zu live buffers", context, n);
+  if (snap.oom || (n && !groups)) {
+    s = spool__fail(SPOOL_ERR_HOST_OOM, "%s: no host memory to list the live buffers", context);
   } else {
     fprintf(out, "spool: leak report, pool %p on device %d: ", (void *)pool, pool->device);
     if (n == 0) fprintf(out, "no live buffers\n");
@@ -127,9 +140,8 @@ spool_status spool_leaks(spool_pool *pool, FILE *out) {
   if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", ctx);
   if (!out) return spool__fail(SPOOL_ERR_INVALID, "%s: out is NULL", ctx);
   if (pool->cfg.track == SPOOL_TRACK_OFF) {
-    pthread_mutex_lock(&pool->lock);
-    uint64_t live = pool->c.buffers_in_use;
-    pthread_mutex_unlock(&pool->lock);
+    uint64_t live = 0, bytes = 0;
+    spool__live_totals(pool, &bytes, &live);
     return spool__fail(SPOOL_ERR_UNSUPPORTED,
                        "%s: track=off keeps no list of buffers (%" PRIu64 " live); set "
                        "track=counts or full", ctx, live);
@@ -181,7 +193,7 @@ static spool_status free_all(spool_pool *p) {
     s = spool__fail_cuda(err, "cudaDeviceSynchronize", "%s", ctx);
   } else {
     free_pass f = {cudaSuccess, 0};
-    spool__table_each(&p->live, free_one, &f);
+    each_live(p, free_one, &f);
     if (f.err != cudaSuccess)
       s = spool__fail_cuda(f.err, "cudaFreeAsync", "%s: %p", ctx, (void *)f.ptr);
   }
@@ -190,7 +202,8 @@ static spool_status free_all(spool_pool *p) {
 
 spool_status spool__free_leaks(spool_pool *pool) {
   static const char ctx[] = "spool_pool_destroy";
-  uint64_t n = pool->c.buffers_in_use;
+  uint64_t n = 0, bytes = 0;
+  spool__live_totals(pool, &bytes, &n);
   if (n == 0) return SPOOL_OK;
   bool close_it;
   FILE *out = open_report(pool, &close_it);
@@ -202,7 +215,7 @@ spool_status spool__free_leaks(spool_pool *pool) {
     /* No memory to sort: list them as they lie. (After a write error, writing more is moot.) */
     fprintf(out, "spool: leak report, pool %p on device %d: %" PRIu64 " live buffers, unsorted:\n",
             (void *)pool, pool->device, n);
-    spool__table_each(&pool->live, print_buffer_plain, out);
+    each_live(pool, print_buffer_plain, out);
   }
   if (close_it && fclose(out) != 0) fprintf(stderr, "spool: closing the leak report failed\n");
   spool_status s = pool->cfg.track == SPOOL_TRACK_OFF ? SPOOL_OK : free_all(pool);

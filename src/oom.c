@@ -30,14 +30,19 @@ static bool capturing(cudaStream_t stream) {
 
 /* Trims every pool on the device, this one first. Failures are not fatal: the retry decides. */
 static void give_back(spool_pool *p, cudaStream_t stream, bool synchronize) {
+  char message[SPOOL__MESSAGE];
+  spool__save_error(message); /* what fails here is not the allocation's failure */
   if (synchronize && !capturing(stream)) {
     int saved = 0;
     spool_status s = spool__device_enter(p->device, &saved, ALLOC);
     if (s == SPOOL_OK && cudaDeviceSynchronize() != cudaSuccess) spool__clear_cuda_error();
     spool__device_leave(p->device, saved, s, ALLOC);
   }
+  /* What the caches hold is in use as far as the pool knows: it goes back first. */
+  (void)spool__cache_flush_all(p, ALLOC);
   if (cudaMemPoolTrimTo(p->handle, 0) != cudaSuccess) spool__clear_cuda_error();
   spool__registry_trim_device(p);
+  spool__restore_error(message);
 }
 
 static void count(spool_pool *p, uint64_t *counter) {
@@ -87,9 +92,8 @@ static spool_status describe(spool_pool *p, size_t asked, cudaStream_t stream, u
   char l[SPOOL__SIZE_TEXT] = "none", f[SPOOL__SIZE_TEXT] = "?", t[SPOOL__SIZE_TEXT] = "?";
   uint64_t reserved = 0;
   size_t free_b = 0, total_b = 0;
-  pthread_mutex_lock(&p->lock);
-  uint64_t in_use = p->c.bytes_in_use, buffers = p->c.buffers_in_use;
-  pthread_mutex_unlock(&p->lock);
+  uint64_t in_use = 0, buffers = 0;
+  spool__live_totals(p, &in_use, &buffers);
   if (p->cfg.track != SPOOL_TRACK_OFF) spool__format_size(in_use, u); /* else not kept */
   cudaError_t err =
       cudaMemPoolGetAttribute(p->handle, cudaMemPoolAttrReservedMemCurrent, &reserved);

@@ -252,6 +252,14 @@ static spool_pool *pool_new(const spool_config *cfg, cudaMemPool_t handle, bool 
   p->handle = handle;
   p->device = cfg->device;
   p->owned = owned;
+  static atomic_uint_fast64_t pools_made;
+  p->id = atomic_fetch_add(&pools_made, 1) + 1;
+  atomic_init(&p->seq, 0);
+  atomic_init(&p->total_bytes, 0);
+  atomic_init(&p->total_buffers, 0);
+  atomic_init(&p->total_cached, 0);
+  atomic_init(&p->peak_bytes, 0);
+  atomic_init(&p->peak_buffers, 0);
   return p;
 }
 
@@ -367,6 +375,8 @@ spool_status spool_pool_destroy(spool_pool *pool) {
   if (!pool) return SPOOL_OK;
   spool__registry_remove(pool);
   spool_status s = spool__free_leaks(pool);
+  spool_status cs = spool__cache_destroy(pool);
+  if (s == SPOOL_OK) s = cs;
   if (pool->owned) {
     cudaError_t err = cudaMemPoolDestroy(pool->handle);
     if (err != cudaSuccess) {

@@ -22,20 +22,29 @@ static spool_status read_attrs(spool_pool *p, pool_attrs *a, const char *ctx) {
   return SPOOL_OK;
 }
 
-static void fill(spool_stats *out, const spool__counters *c, const pool_attrs *a) {
+static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+/* The uncached path's counters c and the caches' k; peaks are the pool-wide ones, never below
+ * the exact current values. */
+static void fill(spool_stats *out, const spool__counters *c, const spool__cache_counters *k,
+                 const uint64_t peaks[2], const pool_attrs *a) {
   memset(out, 0, sizeof *out);
   out->size = sizeof *out;
-  out->bytes_in_use = c->bytes_in_use;
-  out->bytes_in_use_peak = c->bytes_in_use_peak;
-  out->buffers_in_use = c->buffers_in_use;
-  out->buffers_in_use_peak = c->buffers_in_use_peak;
+  out->bytes_in_use = c->bytes_in_use + k->bytes_in_use;
+  out->bytes_in_use_peak = max_u64(peaks[0], out->bytes_in_use);
+  out->buffers_in_use = c->buffers_in_use + k->buffers_in_use;
+  out->buffers_in_use_peak = max_u64(peaks[1], out->buffers_in_use);
   out->bytes_reserved = a->reserved;
   out->bytes_reserved_peak = a->reserved_high;
-  out->allocs = c->allocs;
-  out->frees = c->frees;
+  out->allocs = c->allocs + k->allocs;
+  out->frees = c->frees + k->frees;
   out->bytes_used = a->used;
   out->bytes_used_peak = a->used_high;
-  out->bytes_allocated = c->bytes_allocated;
+  out->bytes_allocated = c->bytes_allocated + k->bytes_allocated;
+  out->cache_hits = k->hits;
+  out->cache_misses = k->misses;
+  out->bytes_cached = k->bytes_cached;
+  out->cache_flushes = k->flushes;
   out->alloc_failures = c->alloc_failures;
   out->ooms = c->ooms;
   out->trims = c->trims;
@@ -49,10 +58,13 @@ static spool_status snapshot(spool_pool *p, spool_stats *out, const char *ctx) {
   pool_attrs a;
   spool_status s = read_attrs(p, &a, ctx);
   if (s != SPOOL_OK) return s;
+  spool__cache_counters k;
+  spool__cache_sum(p, &k); /* publishes every cache: the totals are exact after */
   pthread_mutex_lock(&p->lock);
   spool__counters c = p->c;
   pthread_mutex_unlock(&p->lock);
-  fill(out, &c, &a);
+  uint64_t peaks[2] = {atomic_load(&p->peak_bytes), atomic_load(&p->peak_buffers)};
+  fill(out, &c, &k, peaks, &a);
   return SPOOL_OK;
 }
 
@@ -77,10 +89,7 @@ spool_status spool_stats_reset_peaks(spool_pool *pool) {
     err = cudaMemPoolSetAttribute(pool->handle, cudaMemPoolAttrUsedMemHigh, &zero);
   if (err != cudaSuccess)
     return spool__fail_cuda(err, "cudaMemPoolSetAttribute", "%s: device %d", ctx, pool->device);
-  pthread_mutex_lock(&pool->lock);
-  pool->c.bytes_in_use_peak = pool->c.bytes_in_use;
-  pool->c.buffers_in_use_peak = pool->c.buffers_in_use;
-  pthread_mutex_unlock(&pool->lock);
+  spool__cache_reset_peaks(pool);
   return SPOOL_OK;
 }
 
@@ -101,6 +110,10 @@ static void report_config(const spool_pool *p, FILE *out) {
   fprintf(out, "             track=%s poison=%s oom_retries=%u\n",
           (unsigned)c->track < 3 ? tracks[c->track] : "?", c->poison ? "on" : "off",
           c->oom_retries);
+  char l[SPOOL__SIZE_TEXT], b[SPOOL__SIZE_TEXT];
+  fprintf(out, "             cache=%s cache_limit=%s cache_max_block=%s capture_check=%s\n",
+          c->cache ? "on" : "off", spool__format_size(c->cache_limit, l),
+          spool__format_size(c->cache_max_block, b), c->capture_check ? "on" : "off");
   fprintf(out, "             peer_access=[");
   for (int i = 0; i < c->peer_access_count; i++)
     fprintf(out, "%s%d", i ? "," : "", c->peer_access[i]);
@@ -123,6 +136,9 @@ static void report_stats(const spool_stats *st, FILE *out) {
   fprintf(out, "  safety:    %" PRIu64 " out-of-memory retries (%" PRIu64 " recovered), %" PRIu64
                " handler calls, %" PRIu64 " frees refused\n",
           st->oom_retries, st->oom_recoveries, st->oom_handler_calls, st->bad_frees);
+  fprintf(out, "  caches:    %" PRIu64 " hits, %" PRIu64 " misses, %s cached, %" PRIu64
+               " flushes\n", st->cache_hits, st->cache_misses,
+          spool__format_size(st->bytes_cached, a), st->cache_flushes);
 }
 
 static void report_device(const spool_pool *p, FILE *out) {
@@ -177,6 +193,8 @@ static const struct {
     SPOOL__STAT(bytes_used_peak), SPOOL__STAT(bytes_allocated),  SPOOL__STAT(alloc_failures),
     SPOOL__STAT(ooms),           SPOOL__STAT(trims),             SPOOL__STAT(oom_retries),
     SPOOL__STAT(oom_recoveries), SPOOL__STAT(oom_handler_calls), SPOOL__STAT(bad_frees),
+    SPOOL__STAT(cache_hits),     SPOOL__STAT(cache_misses),      SPOOL__STAT(bytes_cached),
+    SPOOL__STAT(cache_flushes),
 };
 #undef SPOOL__STAT
 

@@ -100,6 +100,11 @@ const spool__buffer *spool__table_find(const spool__table *t, uintptr_t ptr) {
   return i == SIZE_MAX ? NULL : &t->slots[i];
 }
 
+spool__buffer *spool__table_lookup(spool__table *t, uintptr_t ptr) {
+  size_t i = find_slot(t, ptr);
+  return i == SIZE_MAX ? NULL : &t->slots[i];
+}
+
 const spool__buffer *spool__table_containing(const spool__table *t, uintptr_t ptr) {
   for (size_t i = 0; i < t->cap; i++) {
     const spool__buffer *b = &t->slots[i];
@@ -181,13 +186,13 @@ int spool__registry_owner(const spool_pool *self, uintptr_t ptr, spool__owner *o
     pthread_mutex_lock(&p->lock);
     const spool__buffer *b = spool__table_find(&p->live, ptr);
     if (!b) b = spool__table_containing(&p->live, ptr);
-    if (b) {
-      out->buffer = *b;
+    if (b) out->buffer = *b;
+    pthread_mutex_unlock(&p->lock);
+    found = b || spool__cache_containing(p, ptr, &out->buffer);
+    if (found) {
       out->pool = p;
       out->device = p->device;
-      found = 1;
     }
-    pthread_mutex_unlock(&p->lock);
   }
   pthread_mutex_unlock(&registry_lock);
   return found;
@@ -197,6 +202,7 @@ void spool__registry_trim_device(const spool_pool *self) {
   pthread_mutex_lock(&registry_lock);
   for (spool_pool *p = registry_head; p; p = p->registry_next) {
     if (p == self || p->device != self->device) continue;
+    (void)spool__cache_flush_all(p, "spool_alloc"); /* failures: the trim gives what it can */
     if (cudaMemPoolTrimTo(p->handle, 0) != cudaSuccess) spool__clear_cuda_error();
   }
   pthread_mutex_unlock(&registry_lock);

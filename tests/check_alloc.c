@@ -18,6 +18,7 @@ static spool_pool *default_pool(void) {
 static spool_pool *no_retry_pool(void) {
   spool_config cfg = test_config();
   cfg.oom_retries = 0;
+  cfg.cache = false; /* every free reaches the driver, where the faults are injected */
   return test_pool_create(&cfg);
 }
 #endif
@@ -571,7 +572,7 @@ START_TEST(sim_alloc_destroyed_stream) {
 END_TEST
 
 START_TEST(sim_free_injected_failure) {
-  spool_pool *p = default_pool();
+  spool_pool *p = no_retry_pool();
   cudaStream_t s = test_stream_create();
   void *a = NULL;
   CK_SPOOL(spool_alloc(p, &a, 7777, s));

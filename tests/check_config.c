@@ -241,6 +241,27 @@ START_TEST(test_key_oom_retries) {
 }
 END_TEST
 
+static void validate_fails(const spool_config *cfg, const char *frag1, const char *frag2);
+static void round_trip(const spool_config *cfg);
+
+START_TEST(test_key_cache) {
+  spool_config cfg = parsed("cache=off, cache_limit=2GiB, cache_max_block=1.5MiB, "
+                            "capture_check=off");
+  ck_assert(!cfg.cache);
+  ck_assert(!cfg.capture_check);
+  ck_assert_uint_eq(cfg.cache_limit, (uint64_t)2 << 30);
+  ck_assert_uint_eq(cfg.cache_max_block, (uint64_t)3 << 19);
+  ck_assert_uint_eq(parsed("cache_limit=0").cache_limit, 0); /* caches nothing */
+  ck_assert_uint_eq(parsed("cache_max_block=1TiB").cache_max_block, (uint64_t)1 << 40);
+  parse_fails("cache=maybe", "line 1", "cache", "on, off");
+  parse_fails("cache_limit=lots", "cache_limit", "size", NULL);
+  parse_fails("cach=on", "unknown key", "'cache'", NULL);
+  spool_config big = parsed("cache_max_block=2TiB"); /* a size; too large for the caches */
+  validate_fails(&big, "cache_max_block", "2.00 TiB");
+  round_trip(&cfg);
+}
+END_TEST
+
 START_TEST(test_key_poison) {
   ck_assert(parsed("poison=on").poison);
   ck_assert(parsed("poison=TRUE").poison);
@@ -480,7 +501,8 @@ START_TEST(test_error_unknown_key) {
   parse_fails("poisson=on", "did you mean 'poison'?", NULL, NULL);
   /* nothing close: the message lists the keys */
   parse_fails("colour=blue", "config line 1: unknown key 'colour' (valid keys: device, ",
-              "release_threshold", "pool, track, report, oom_retries, poison)");
+              "release_threshold", "oom_retries, poison, cache, cache_limit, cache_max_block, "
+              "capture_check)");
   parse_fails("dev=1", "unknown key 'dev' (valid keys:", NULL, NULL);
   /* keys are case-sensitive, and a long key is cut in the message */
   parse_fails("DEVICE=1", "did you mean 'device'?", NULL, NULL);
@@ -931,8 +953,12 @@ START_TEST(test_format_defaults) {
                                "track=counts\n"
                                "report=\"\"\n"
                                "oom_retries=2\n"
-                               "poison=off\n";
-  char buf[512];
+                               "poison=off\n"
+                               "cache=on\n"
+                               "cache_limit=1073741824\n"
+                               "cache_max_block=67108864\n"
+                               "capture_check=on\n";
+  char buf[1024];
   spool_config cfg;
   spool_config_init(&cfg);
   ck_assert_int_eq(spool_config_format(&cfg, buf, sizeof buf), SPOOL_OK);
@@ -1028,7 +1054,7 @@ START_TEST(test_format_too_small) {
   spool_config_init(&cfg);
   memset(buf, 'x', sizeof buf);
   ck_assert_int_eq(spool_config_format(&cfg, buf, sizeof buf), SPOOL_ERR_INVALID);
-  ck_assert_ptr_nonnull(strstr(spool_last_error(), "buf has 32 bytes, the text needs 226"));
+  ck_assert_ptr_nonnull(strstr(spool_last_error(), "buf has 32 bytes, the text needs 300"));
   ck_assert_int_eq(buf[0], 'x'); /* untouched on failure */
   ck_assert_int_eq(spool_config_format(&cfg, buf, 0), SPOOL_ERR_INVALID);
 }
@@ -1085,6 +1111,7 @@ static Suite *config_suite(void) {
   tcase_add_test(tc, test_key_track);
   tcase_add_test(tc, test_key_oom_retries);
   tcase_add_test(tc, test_key_poison);
+  tcase_add_test(tc, test_key_cache);
   tcase_add_test(tc, test_key_report);
   tcase_add_test(tc, test_key_report_length);
   tcase_add_test(tc, test_last_wins_and_layering);

@@ -643,7 +643,7 @@ START_TEST(sim_no_device) {
 END_TEST
 
 START_TEST(sim_set_stream_frees_on_new_stream) {
-  spool::pool p{spool::config{}};
+  spool::pool p{spool::config{}.parse("cache=off")}; /* every free reaches the driver */
   cudaStream_t s1 = test_stream_create(), s2 = test_stream_create();
   cudasim_hold(s1);
   cudasim_hold(s2);

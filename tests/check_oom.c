@@ -12,8 +12,21 @@
 
 /* ---- helpers ------------------------------------------------------------------------------- */
 
-static spool_pool *pool_limited(uint64_t max_size) {
+/* The policy's own steps are tested without stream caches, whose flush (a device synchronize
+ * when they hold blocks) would come first; check_cache tests that flush. */
+static spool_config uncached_config(void) {
   spool_config cfg = test_config();
+  cfg.cache = false;
+  return cfg;
+}
+
+static spool_pool *uncached_pool(void) {
+  spool_config cfg = uncached_config();
+  return test_pool_create(&cfg);
+}
+
+static spool_pool *pool_limited(uint64_t max_size) {
+  spool_config cfg = uncached_config();
   cfg.max_size = max_size;
   return test_pool_create(&cfg);
 }
@@ -216,6 +229,8 @@ static const struct {
     STAT_FIELD(bytes_used_peak),   STAT_FIELD(bytes_allocated),     STAT_FIELD(alloc_failures),
     STAT_FIELD(ooms),              STAT_FIELD(trims),               STAT_FIELD(oom_retries),
     STAT_FIELD(oom_recoveries),    STAT_FIELD(oom_handler_calls),   STAT_FIELD(bad_frees),
+    STAT_FIELD(cache_hits),        STAT_FIELD(cache_misses),        STAT_FIELD(bytes_cached),
+    STAT_FIELD(cache_flushes),
 };
 #undef STAT_FIELD
 #define STAT_FIELD_COUNT ((int)(sizeof stat_fields / sizeof stat_fields[0]))
@@ -258,7 +273,7 @@ START_TEST(set_handler_null_pool) {
   CK_MSG_HAS("spool_set_oom_handler");
   CK_MSG_HAS("NULL");
   CK_STATUS(spool_set_oom_handler(NULL, NULL, NULL), SPOOL_ERR_INVALID);
-  spool_pool *pool = test_pool_create(NULL);
+  spool_pool *pool = uncached_pool();
   CK_SPOOL(spool_set_oom_handler(pool, oom_handler, &r));
   CK_SPOOL(spool_set_oom_handler(pool, NULL, NULL));
   CK_SPOOL(spool_set_oom_handler(pool, NULL, &r)); /* a user pointer without a handler: none */
@@ -418,7 +433,7 @@ START_TEST(json_reader_is_strict) {
 END_TEST
 
 START_TEST(json_matches_stats) {
-  spool_pool *pool = test_pool_create(NULL);
+  spool_pool *pool = uncached_pool();
   cudaStream_t s = test_stream_create();
   void *a = alloc_ok(pool, 1 * MiB, s);
   void *b = alloc_ok(pool, 3 * MiB + 5, s);
@@ -466,7 +481,7 @@ START_TEST(json_matches_stats) {
 END_TEST
 
 START_TEST(json_len_too_small) {
-  spool_pool *pool = test_pool_create(NULL);
+  spool_pool *pool = uncached_pool();
   void *a = alloc_ok(pool, 2 * MiB, NULL);
   CK_CUDA(cudaDeviceSynchronize());
   char *json = stats_json(pool);
@@ -499,7 +514,7 @@ END_TEST
 /* buf NULL with len 0 asks for the size: SPOOL_ERR_INVALID, nothing written, and the number in
  * the message is exactly what the JSON takes, its NUL included; a buffer of that size works. */
 START_TEST(json_size_query) {
-  spool_pool *pool = test_pool_create(NULL);
+  spool_pool *pool = uncached_pool();
   void *a = alloc_ok(pool, 2 * MiB, NULL);
   CK_CUDA(cudaDeviceSynchronize());
   char *json = stats_json(pool);
@@ -530,7 +545,7 @@ START_TEST(json_null_arguments) {
   CK_STATUS(spool_stats_json(NULL, buf, sizeof buf), SPOOL_ERR_INVALID);
   CK_MSG_HAS("spool_stats_json");
   CK_MSG_HAS("pool is NULL");
-  spool_pool *pool = test_pool_create(NULL);
+  spool_pool *pool = uncached_pool();
   CK_STATUS(spool_stats_json(pool, NULL, 4096), SPOOL_ERR_INVALID);
   CK_MSG_HAS("buf is NULL");
   /* NULL with len 0 asks for the size, as snprintf(NULL, 0, ...) would. */
@@ -557,14 +572,14 @@ static call_counts counts_now(void) {
 }
 
 static spool_pool *pool_retries(unsigned retries) {
-  spool_config cfg = test_config();
+  spool_config cfg = uncached_config();
   cfg.oom_retries = retries;
   return test_pool_create(&cfg);
 }
 
 /* The first try fails: the pool trims (no synchronize yet) and the first retry succeeds. */
 START_TEST(sim_first_retry_succeeds) {
-  spool_pool *pool = test_pool_create(NULL);
+  spool_pool *pool = uncached_pool();
   cudaStream_t s = test_stream_create();
   call_counts before = counts_now();
   cudasim_fail(MALLOC, 1, cudaErrorMemoryAllocation);
@@ -592,7 +607,7 @@ END_TEST
 
 /* The first two tries fail: the second retry comes after a device synchronize. */
 START_TEST(sim_second_retry_synchronizes) {
-  spool_pool *pool = test_pool_create(NULL);
+  spool_pool *pool = uncached_pool();
   cudaStream_t s = test_stream_create();
   call_counts before = counts_now();
   cudasim_fail(MALLOC, 1, cudaErrorMemoryAllocation);
@@ -619,7 +634,7 @@ END_TEST
 /* The counters as spool.h defines them: oom_retries counts ALLOCATIONS tried again, and
  * oom_recoveries counts, "of those", the ones that then succeeded (so recoveries <= retries). */
 START_TEST(sim_retry_counters_as_documented) {
-  spool_pool *pool = test_pool_create(NULL);
+  spool_pool *pool = uncached_pool();
   cudasim_fail(MALLOC, 1, cudaErrorMemoryAllocation);
   cudasim_fail(MALLOC, 2, cudaErrorMemoryAllocation);
   void *p = alloc_ok(pool, 1 * MiB, NULL);
@@ -714,7 +729,7 @@ END_TEST
 
 /* Every retry fails; the handler frees a buffer, trims, and asks again: success. */
 START_TEST(sim_handler_recovers) {
-  spool_pool *pool = test_pool_create(NULL);
+  spool_pool *pool = uncached_pool();
   cudaStream_t s = test_stream_create();
   void *old = alloc_ok(pool, 4 * MiB, s);
   oom_record r = oom_record_init(1);
@@ -754,7 +769,7 @@ END_TEST
 /* The handler keeps saying "try again" while memory stays short: exactly
  * SPOOL_OOM_HANDLER_CALLS calls, then SPOOL_ERR_OOM; declining: one call. */
 START_TEST(sim_handler_bounded) {
-  spool_pool *pool = test_pool_create(NULL);
+  spool_pool *pool = uncached_pool();
   oom_record r = oom_record_init(1);
   CK_SPOOL(spool_set_oom_handler(pool, oom_handler, &r));
   call_counts before = counts_now();
@@ -814,8 +829,8 @@ END_TEST
 START_TEST(sim_trims_other_pools) {
   cudasim_set_device_count(2);
   cudasim_set_capacity(0, 64 * MiB);
-  spool_pool *holder = test_pool_create(NULL); /* release_threshold max by default */
-  spool_config cfg1 = test_config();
+  spool_pool *holder = uncached_pool(); /* release_threshold max by default */
+  spool_config cfg1 = uncached_config();
   cfg1.device = 1;
   spool_pool *other_dev = test_pool_create(&cfg1);
   void *bufs[4];
@@ -834,7 +849,7 @@ START_TEST(sim_trims_other_pools) {
   ck_assert_uint_eq(test_stats(holder).bytes_reserved, 48 * MiB);
   test_pool_destroy(strict);
 
-  spool_pool *needy = test_pool_create(NULL);
+  spool_pool *needy = uncached_pool();
   call_counts before = counts_now();
   void *p = alloc_ok(needy, 32 * MiB, NULL);
   ck_assert_int_eq(counts_now().sync - before.sync, 0); /* the first retry sufficed */
@@ -858,7 +873,7 @@ END_TEST
  * cannot hold 24 MiB; trimming the pool itself gives the driver one contiguous range again. */
 START_TEST(sim_trims_own_fragments) {
   cudasim_set_capacity(0, 64 * MiB);
-  spool_pool *pool = test_pool_create(NULL);
+  spool_pool *pool = uncached_pool();
   void *bufs[5];
   for (int i = 0; i < 5; i++) bufs[i] = alloc_ok(pool, 12 * MiB, NULL);
   for (int i = 0; i < 5; i++) CK_SPOOL(spool_free(pool, bufs[i], NULL));
@@ -878,7 +893,7 @@ END_TEST
  * before the second retry makes it available. With oom_retries=1 the allocation fails. */
 START_TEST(sim_synchronize_releases_pending_frees) {
   cudasim_set_capacity(0, 64 * MiB);
-  spool_pool *holder = test_pool_create(NULL);
+  spool_pool *holder = uncached_pool();
   cudaStream_t held = test_stream_create();
   cudasim_hold(held);
   void *big = alloc_ok(holder, 48 * MiB, held);
@@ -891,7 +906,7 @@ START_TEST(sim_synchronize_releases_pending_frees) {
   ck_assert_int_gt(cudasim_pending(held), 0);
   test_pool_destroy(one);
 
-  spool_pool *two = test_pool_create(NULL);
+  spool_pool *two = uncached_pool();
   call_counts before = counts_now();
   void *p = alloc_ok(two, 32 * MiB, NULL);
   ck_assert_int_ge(counts_now().sync - before.sync, 1);
@@ -909,7 +924,7 @@ END_TEST
 /* The final message: every number, on a device that is really full. */
 START_TEST(sim_final_message) {
   cudasim_set_capacity(0, 64 * MiB);
-  spool_pool *pool = test_pool_create(NULL);
+  spool_pool *pool = uncached_pool();
   cudaStream_t s = test_stream_create();
   void *big = alloc_ok(pool, 48 * MiB, s);
   alloc_fails(pool, 32 * MiB, s, SPOOL_ERR_OOM);
@@ -944,7 +959,7 @@ END_TEST
 
 /* A failure other than out of memory during a retry ends the policy with SPOOL_ERR_CUDA. */
 START_TEST(sim_other_error_during_retry) {
-  spool_pool *pool = test_pool_create(NULL);
+  spool_pool *pool = uncached_pool();
   oom_record r = oom_record_init(1);
   CK_SPOOL(spool_set_oom_handler(pool, oom_handler, &r));
   cudasim_fail(MALLOC, 1, cudaErrorMemoryAllocation);
@@ -986,7 +1001,7 @@ END_TEST
 /* cudaMemGetInfo fails: device_free and device_total are null, the call succeeds, and the
  * thread's last error is the one from before. */
 START_TEST(sim_json_meminfo_fails) {
-  spool_pool *pool = test_pool_create(NULL);
+  spool_pool *pool = uncached_pool();
   void *a = alloc_ok(pool, 1 * MiB, NULL);
   char buf[4096];
   CK_STATUS(spool_stats_json(NULL, buf, sizeof buf), SPOOL_ERR_INVALID); /* a known last error */
@@ -1023,7 +1038,7 @@ END_TEST
 
 /* The pool's attributes cannot be read: SPOOL_ERR_CUDA. */
 START_TEST(sim_json_attribute_fails) {
-  spool_pool *pool = test_pool_create(NULL);
+  spool_pool *pool = uncached_pool();
   char buf[4096];
   cudasim_fail("cudaMemPoolGetAttribute", 1, cudaErrorUnknown);
   CK_STATUS(spool_stats_json(pool, buf, sizeof buf), SPOOL_ERR_CUDA);

@@ -8,9 +8,12 @@
 
 /* ---- helpers ------------------------------------------------------------------------------- */
 
+/* cache=off: these tests watch the pool's own release and high-water marks; the stream caches
+ * keep freed blocks above them (check_cache). */
 static spool_pool *pool_with_threshold(uint64_t threshold) {
   spool_config cfg = test_config();
   cfg.release_threshold = threshold;
+  cfg.cache = false;
   return test_pool_create(&cfg);
 }
 

@@ -146,7 +146,24 @@ typedef struct spool_config {
   bool poison;                      /* fill new buffers with 0xA5 and freed ones with 0xDD
                                        (cudaMemsetAsync, in stream order). Default off. Needs
                                        track=counts or full (the size of a freed buffer). */
+  bool cache;                       /* per-stream caches of freed blocks in front of the pool:
+                                       a block freed on a stream is handed out again on that
+                                       stream without a CUDA call. Default on. */
+  uint64_t cache_limit;             /* most bytes the stream caches hold in all; a free beyond
+                                       it goes to the pool. Default SPOOL_CACHE_LIMIT_DEFAULT. */
+  uint64_t cache_max_block;         /* larger allocations skip the caches. At most
+                                       SPOOL_CACHE_MAX_BLOCK_LIMIT. Default
+                                       SPOOL_CACHE_MAX_BLOCK_DEFAULT. */
+  bool capture_check;               /* ask the driver (about 25 ns) whether the stream is being
+                                       captured into a graph before using its cache, and bypass
+                                       the cache if so: a reused pointer would be baked into the
+                                       graph. Default on; off only for code that never
+                                       captures. */
 } spool_config;
+
+#define SPOOL_CACHE_LIMIT_DEFAULT ((uint64_t)1 << 30)     /* 1 GiB */
+#define SPOOL_CACHE_MAX_BLOCK_DEFAULT ((uint64_t)64 << 20) /* 64 MiB */
+#define SPOOL_CACHE_MAX_BLOCK_LIMIT ((uint64_t)1 << 40)   /* 1 TiB */
 
 /* Fills *cfg with the documented defaults above. cfg must not be NULL. Thread safe. */
 SPOOL_EXPORT void spool_config_init(spool_config *cfg);
@@ -298,6 +315,18 @@ SPOOL_EXPORT spool_status spool_free_at(spool_pool *pool, void *ptr, cudaStream_
                                         const char *file, int line);
 #define SPOOL_FREE(pool, ptr, stream) spool_free_at((pool), (ptr), (stream), __FILE__, __LINE__)
 
+/* Gives the blocks cached for stream back to the pool and forgets the stream's fence event.
+ * Call it before destroying a stream that was given to spool: CUDA may hand the same handle
+ * to a new stream, which must not inherit blocks the old one may still be using, and the
+ * blocks would otherwise stay cached. Live buffers allocated on stream stay valid (free them
+ * on any live stream). Using stream with the pool again afterwards is allowed: it starts with
+ * an empty cache. A stream spool never saw: SPOOL_OK, nothing done.
+ * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool NULL, or stream being captured into a graph);
+ * SPOOL_ERR_CUDA (CUDA refused to free on stream: the message asks whether it was destroyed
+ * already; the blocks stay cached and go back at spool_pool_destroy after a device
+ * synchronize). Thread safe, but no other thread may use stream with the pool meanwhile. */
+SPOOL_EXPORT spool_status spool_stream_release(spool_pool *pool, cudaStream_t stream);
+
 /* Called when an allocation still fails after the pool gave back what it could and retried
  * oom_retries times: free memory (or decide to do without) and return nonzero to have the
  * allocation tried once more, 0 to let it fail with SPOOL_ERR_OOM. Called at most
@@ -346,6 +375,12 @@ typedef struct spool_stats {
   uint64_t oom_recoveries;       /* of those, allocations that then succeeded */
   uint64_t oom_handler_calls;    /* calls of the out-of-memory handler */
   uint64_t bad_frees;            /* frees refused: double, foreign, interior or wrong pool */
+  uint64_t cache_hits;           /* allocations served by a stream cache (no CUDA call) */
+  uint64_t cache_misses;         /* cacheable allocations that went to the pool (or took a
+                                    block another stream was done with) */
+  uint64_t bytes_cached;         /* bytes of freed blocks the stream caches hold now */
+  uint64_t cache_flushes;        /* times a stream cache gave its blocks back to the pool
+                                    (spool_trim, out of memory, spool_stream_release) */
 } spool_stats;
 
 /* Fills *out (out->size is set to sizeof(spool_stats)). Library counters are exact; pool

@@ -1,0 +1,609 @@
+/* check_cache: the per-stream caches in front of the pool (src/cache.c): hits, size classes,
+ * the cross-stream rule, capture bypass, per-thread and legacy streams, limits, flushes,
+ * stream release, stats, and what tracking says about cached blocks.
+ *
+ * Built twice: check_cache_sim (cudasim) and check_cache_gpu (real CUDA). Tests outside
+ * `#ifdef SPOOL_TEST_SIM` must hold on a real device too. Timing is the benchmark's business
+ * (bench/), never a test's. */
+#include "test_main.h"
+
+#include <pthread.h>
+
+static spool_pool *pool_with(const char *text) {
+  spool_config cfg = test_config();
+  if (text) CK_SPOOL(spool_config_parse(&cfg, text));
+  return test_pool_create(&cfg);
+}
+
+static void *alloc_on(spool_pool *p, size_t size, cudaStream_t s) {
+  void *ptr = TEST_SENTINEL;
+  CK_SPOOL(spool_alloc(p, &ptr, size, s));
+  ck_assert_ptr_nonnull(ptr);
+  ck_assert_ptr_ne(ptr, TEST_SENTINEL);
+  return ptr;
+}
+
+static void check_cache_stats(spool_pool *p, uint64_t hits, uint64_t misses, uint64_t cached) {
+  spool_stats st = test_stats(p);
+  ck_assert_msg(st.cache_hits == hits && st.cache_misses == misses && st.bytes_cached == cached,
+                "hits %" PRIu64 " misses %" PRIu64 " cached %" PRIu64 ", expected %" PRIu64
+                " %" PRIu64 " %" PRIu64, st.cache_hits, st.cache_misses, st.bytes_cached, hits,
+                misses, cached);
+}
+
+/* ---- hits and size classes ------------------------------------------------------------------ */
+
+START_TEST(cache_hit_on_same_stream) {
+  spool_pool *p = pool_with(NULL);
+  cudaStream_t s = test_stream_create();
+  void *a = alloc_on(p, MiB, s);
+  check_cache_stats(p, 0, 1, 0);
+  CK_SPOOL(spool_free(p, a, s));
+  check_cache_stats(p, 0, 1, MiB);
+  void *b = alloc_on(p, MiB, s);
+  ck_assert_ptr_eq(a, b); /* stream order makes the reuse safe: no CUDA call needed */
+  check_cache_stats(p, 1, 1, 0);
+  spool_stats st = test_stats(p);
+  ck_assert_uint_eq(st.bytes_in_use, MiB);
+  ck_assert_uint_eq(st.buffers_in_use, 1);
+  ck_assert_uint_eq(st.allocs, 2);
+  ck_assert_uint_eq(st.frees, 1);
+  CK_SPOOL(spool_free(p, b, s));
+  test_pool_destroy(p); /* before the stream: its cache frees on it */
+  test_stream_destroy(s);
+}
+END_TEST
+
+START_TEST(cache_size_classes) {
+  spool_pool *p = pool_with(NULL);
+  cudaStream_t s = test_stream_create();
+  void *a = alloc_on(p, 1000, s); /* class of 1 KiB */
+  CK_SPOOL(spool_free(p, a, s));
+  check_cache_stats(p, 0, 1, KiB);
+  void *b = alloc_on(p, 700, s); /* same class: the same block */
+  ck_assert_ptr_eq(a, b);
+  CK_SPOOL(spool_free(p, b, s));
+  void *c = alloc_on(p, 1100, s); /* the next class (1.5 KiB): a new block */
+  ck_assert_ptr_ne(c, a);
+  check_cache_stats(p, 1, 2, KiB);
+  /* Eight classes per doubling above 4 KiB: 5 MiB + 1 byte is served by a 5.5 MiB block, so a
+   * 5.4 MiB request takes the same block back. */
+  void *d = alloc_on(p, 5 * MiB + 1, s);
+  CK_SPOOL(spool_free(p, d, s));
+  check_cache_stats(p, 1, 3, KiB + 5 * MiB + MiB / 2);
+  void *e = alloc_on(p, 5 * MiB + 400 * KiB, s);
+  ck_assert_ptr_eq(d, e);
+  CK_SPOOL(spool_free(p, c, s));
+  CK_SPOOL(spool_free(p, e, s));
+  test_pool_destroy(p); /* before the stream: its cache frees on it */
+  test_stream_destroy(s);
+}
+END_TEST
+
+/* ---- across streams ------------------------------------------------------------------------ */
+
+/* A block cached on s1 goes to s2 only after an event recorded on s1 after the free has
+ * completed. s2's miss asks for that fence; s1's next free records it. */
+START_TEST(cache_other_stream_waits_for_fence) {
+  spool_pool *p = pool_with(NULL);
+  cudaStream_t s1 = test_stream_create(), s2 = test_stream_create();
+  void *a = alloc_on(p, 64 * KiB, s1), *x = alloc_on(p, 64 * KiB, s1);
+  CK_SPOOL(spool_free(p, a, s1));
+  void *b = alloc_on(p, 64 * KiB, s2); /* no fence yet: the pool serves, s1 is asked for one */
+  ck_assert_ptr_ne(a, b);
+  CK_SPOOL(spool_free(p, x, s1));      /* records the fence, after both frees */
+  CK_CUDA(cudaStreamSynchronize(s1));  /* the fence completes */
+  void *c = alloc_on(p, 64 * KiB, s2);
+  ck_assert_ptr_eq(a, c);              /* the oldest block first */
+  check_cache_stats(p, 0, 4, 64 * KiB);
+  CK_SPOOL(spool_free(p, b, s2));
+  CK_SPOOL(spool_free(p, c, s2));
+  test_pool_destroy(p);
+  test_stream_destroy(s1);
+  test_stream_destroy(s2);
+}
+END_TEST
+
+#ifdef SPOOL_TEST_SIM
+/* While s1's work is not done, its blocks stay out of s2's reach, however often s2 asks. */
+START_TEST(cache_fence_not_passed_keeps_block) {
+  spool_pool *p = pool_with(NULL);
+  cudaStream_t s1 = test_stream_create(), s2 = test_stream_create();
+  void *a = alloc_on(p, 64 * KiB, s1), *x = alloc_on(p, 64 * KiB, s1);
+  cudasim_hold(s1);
+  CK_SPOOL(spool_free(p, a, s1));
+  void *got[4];
+  got[0] = alloc_on(p, 64 * KiB, s2); /* asks for a fence */
+  CK_SPOOL(spool_free(p, x, s1));     /* which waits behind s1's held work */
+  for (int i = 1; i < 4; i++) got[i] = alloc_on(p, 64 * KiB, s2);
+  for (int i = 0; i < 4; i++) ck_assert_ptr_ne(got[i], a);
+  cudasim_release(s1);
+  void *c = alloc_on(p, 64 * KiB, s2);
+  ck_assert_ptr_eq(c, a);
+  for (int i = 0; i < 4; i++) CK_SPOOL(spool_free(p, got[i], s2));
+  CK_SPOOL(spool_free(p, c, s2));
+  test_pool_destroy(p);
+  test_stream_destroy(s1);
+  test_stream_destroy(s2);
+}
+END_TEST
+#endif
+
+/* Freed on another stream than its own: the freeing stream's cache takes it. */
+START_TEST(cache_free_on_other_stream) {
+  spool_pool *p = pool_with(NULL);
+  cudaStream_t s1 = test_stream_create(), s2 = test_stream_create();
+  void *a = alloc_on(p, 256 * KiB, s1);
+  CK_CUDA(cudaStreamSynchronize(s1)); /* the user orders s1's use before the free on s2 */
+  CK_SPOOL(spool_free(p, a, s2));
+  spool_stats st = test_stats(p);
+  ck_assert_uint_eq(st.bytes_in_use, 0);
+  ck_assert_uint_eq(st.buffers_in_use, 0);
+  ck_assert_uint_eq(st.bytes_cached, 256 * KiB);
+  void *b = alloc_on(p, 256 * KiB, s2);
+  ck_assert_ptr_eq(a, b);
+  /* and a second free of the same pointer is caught in its new cache */
+  CK_SPOOL(spool_free(p, b, s2));
+  CK_STATUS(spool_free(p, b, s1), SPOOL_ERR_DOUBLE_FREE);
+  CK_LAST_ERROR_HAS("already freed");
+  test_pool_destroy(p);
+  test_stream_destroy(s1);
+  test_stream_destroy(s2);
+}
+END_TEST
+
+/* ---- the legacy and per-thread streams --------------------------------------------------- */
+
+START_TEST(cache_legacy_stream_one_cache) {
+  spool_pool *p = pool_with(NULL);
+  void *a = alloc_on(p, 8 * KiB, NULL);
+  CK_SPOOL(spool_free(p, a, cudaStreamLegacy)); /* the same stream under its other name */
+  void *b = alloc_on(p, 8 * KiB, NULL);
+  ck_assert_ptr_eq(a, b);
+  check_cache_stats(p, 1, 1, 0);
+  CK_SPOOL(spool_free(p, b, NULL));
+  CK_CUDA(cudaDeviceSynchronize());
+  test_pool_destroy(p);
+}
+END_TEST
+
+typedef struct per_thread_arg {
+  spool_pool *pool;
+  void *first, *second;
+  spool_status s1, s2;
+} per_thread_arg;
+
+/* Allocates twice on this thread's per-thread stream, freeing in between. */
+static void *per_thread_body(void *arg) {
+  per_thread_arg *a = arg;
+  a->s1 = spool_alloc(a->pool, &a->first, 32 * KiB, cudaStreamPerThread);
+  if (a->s1 == SPOOL_OK) a->s1 = spool_free(a->pool, a->first, cudaStreamPerThread);
+  a->s2 = spool_alloc(a->pool, &a->second, 32 * KiB, cudaStreamPerThread);
+  return NULL;
+}
+
+/* cudaStreamPerThread is one handle and a different stream in every thread: a block cached by
+ * one thread is not another thread's to take at once. */
+START_TEST(cache_per_thread_streams_are_distinct) {
+  spool_pool *p = pool_with(NULL);
+  void *mine = alloc_on(p, 32 * KiB, cudaStreamPerThread);
+  CK_SPOOL(spool_free(p, mine, cudaStreamPerThread));
+  per_thread_arg a = {.pool = p};
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, per_thread_body, &a), 0);
+  ck_assert_int_eq(pthread_join(t, NULL), 0);
+  CK_STATUS(a.s1, SPOOL_OK);
+  CK_STATUS(a.s2, SPOOL_OK);
+  ck_assert_ptr_ne(a.first, mine); /* the other thread did not take this thread's block */
+  ck_assert_ptr_eq(a.second, a.first); /* but reused its own */
+  void *again = alloc_on(p, 32 * KiB, cudaStreamPerThread);
+  ck_assert_ptr_eq(again, mine);
+  CK_SPOOL(spool_free(p, again, cudaStreamPerThread));
+  CK_SPOOL(spool_free(p, a.second, cudaStreamPerThread));
+  CK_CUDA(cudaDeviceSynchronize());
+  test_pool_destroy(p); /* flushes the other (ended) thread's cache through the legacy stream */
+}
+END_TEST
+
+/* ---- capture ---------------------------------------------------------------------------------- */
+
+static void capture_round(spool_pool *p, cudaStream_t s, void *cached, bool expect_hit) {
+  void *in = NULL;
+  cudaGraph_t graph = NULL;
+  CK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+  spool_status st = spool_alloc(p, &in, 64 * KiB, s);
+  spool_status fs = st == SPOOL_OK ? spool_free(p, in, s) : SPOOL_OK;
+  CK_CUDA(cudaStreamEndCapture(s, &graph));
+  CK_STATUS(st, SPOOL_OK);
+  CK_STATUS(fs, SPOOL_OK);
+  if (expect_hit) ck_assert_ptr_eq(in, cached);
+  else ck_assert_ptr_ne(in, cached);
+  ck_assert_ptr_nonnull(graph);
+  CK_CUDA(cudaGraphDestroy(graph));
+}
+
+START_TEST(cache_bypassed_under_capture) {
+  spool_pool *p = pool_with(NULL);
+  cudaStream_t s = test_stream_create();
+  void *a = alloc_on(p, 64 * KiB, s);
+  CK_SPOOL(spool_free(p, a, s));
+  capture_round(p, s, a, false); /* a reused pointer would be baked into the graph */
+  check_cache_stats(p, 0, 1, 64 * KiB);
+  void *b = alloc_on(p, 64 * KiB, s); /* after the capture the cache serves again */
+  ck_assert_ptr_eq(a, b);
+  check_cache_stats(p, 1, 1, 0);
+  CK_SPOOL(spool_free(p, b, s));
+  test_pool_destroy(p); /* before the stream: its cache frees on it */
+  test_stream_destroy(s);
+}
+END_TEST
+
+/* capture_check=off skips the question: then the cache serves even under capture (the trade-off
+ * the README states), which shows that the check is what keeps it out. */
+START_TEST(cache_capture_check_off_serves_under_capture) {
+  spool_pool *p = pool_with("capture_check=off");
+  cudaStream_t s = test_stream_create();
+  void *a = alloc_on(p, 64 * KiB, s);
+  CK_SPOOL(spool_free(p, a, s));
+  capture_round(p, s, a, true);
+  void *b = alloc_on(p, 64 * KiB, s);
+  ck_assert_ptr_eq(a, b);
+  CK_SPOOL(spool_free(p, b, s));
+  test_pool_destroy(p); /* before the stream: its cache frees on it */
+  test_stream_destroy(s);
+}
+END_TEST
+
+/* ---- bounds ------------------------------------------------------------------------------- */
+
+START_TEST(cache_limit_sends_frees_to_pool) {
+  spool_pool *p = pool_with("cache_limit=1MiB");
+  cudaStream_t s = test_stream_create();
+  void *a = alloc_on(p, MiB, s), *b = alloc_on(p, MiB, s);
+  CK_SPOOL(spool_free(p, a, s));
+  CK_SPOOL(spool_free(p, b, s)); /* the cache is full: b goes to the pool */
+  check_cache_stats(p, 0, 2, MiB);
+  spool_stats st = test_stats(p);
+  ck_assert_uint_eq(st.frees, 2);
+  ck_assert_uint_eq(st.bytes_in_use, 0);
+  void *c = alloc_on(p, MiB, s);
+  ck_assert_ptr_eq(c, a);
+  CK_SPOOL(spool_free(p, c, s));
+  test_pool_destroy(p); /* before the stream: its cache frees on it */
+  test_stream_destroy(s);
+}
+END_TEST
+
+START_TEST(cache_max_block_skips_cache) {
+  spool_pool *p = pool_with("cache_max_block=1MiB");
+  cudaStream_t s = test_stream_create();
+  void *a = alloc_on(p, 2 * MiB, s);
+  CK_SPOOL(spool_free(p, a, s));
+  check_cache_stats(p, 0, 0, 0);
+  spool_stats st = test_stats(p);
+  ck_assert_uint_eq(st.allocs, 1);
+  ck_assert_uint_eq(st.frees, 1);
+  void *b = alloc_on(p, MiB, s); /* at the limit: cached */
+  CK_SPOOL(spool_free(p, b, s));
+  check_cache_stats(p, 0, 1, MiB);
+  test_pool_destroy(p); /* before the stream: its cache frees on it */
+  test_stream_destroy(s);
+}
+END_TEST
+
+START_TEST(cache_off_never_caches) {
+  spool_pool *p = pool_with("cache=off");
+  cudaStream_t s = test_stream_create();
+  void *a = alloc_on(p, MiB, s);
+  CK_SPOOL(spool_free(p, a, s));
+  void *b = alloc_on(p, MiB, s);
+  CK_SPOOL(spool_free(p, b, s));
+  check_cache_stats(p, 0, 0, 0);
+  spool_stats st = test_stats(p);
+  ck_assert_uint_eq(st.allocs, 2);
+  ck_assert_uint_eq(st.frees, 2);
+  ck_assert_uint_eq(st.bytes_in_use_peak, MiB);
+  test_pool_destroy(p); /* before the stream: its cache frees on it */
+  test_stream_destroy(s);
+}
+END_TEST
+
+/* ---- flushes -------------------------------------------------------------------------------- */
+
+START_TEST(cache_flushed_by_trim) {
+  spool_pool *p = pool_with(NULL);
+  cudaStream_t s = test_stream_create();
+  void *a = alloc_on(p, 4 * MiB, s);
+  CK_SPOOL(spool_free(p, a, s));
+  CK_CUDA(cudaStreamSynchronize(s));
+  ck_assert_uint_ge(test_stats(p).bytes_reserved, 4 * MiB); /* the cache holds it */
+  CK_SPOOL(spool_trim(p, 0));
+  CK_CUDA(cudaStreamSynchronize(s));
+  CK_SPOOL(spool_trim(p, 0)); /* the frees are done now: the pool gives it all back */
+  spool_stats st = test_stats(p);
+  ck_assert_uint_eq(st.bytes_cached, 0);
+  ck_assert_uint_eq(st.cache_flushes, 1);
+  ck_assert_uint_eq(st.bytes_reserved, 0);
+  test_pool_destroy(p); /* before the stream: its cache frees on it */
+  test_stream_destroy(s);
+}
+END_TEST
+
+START_TEST(cache_stream_release) {
+  spool_pool *p = pool_with(NULL);
+  cudaStream_t s = test_stream_create();
+  void *keep = alloc_on(p, MiB, s);
+  void *a = alloc_on(p, MiB, s);
+  CK_SPOOL(spool_free(p, a, s));
+  CK_SPOOL(spool_stream_release(p, s));
+  check_cache_stats(p, 0, 2, 0);
+  ck_assert_uint_eq(test_stats(p).cache_flushes, 1);
+  CK_SPOOL(spool_stream_release(p, s)); /* again: nothing cached, nothing to do */
+  cudaStream_t never = test_stream_create();
+  CK_SPOOL(spool_stream_release(p, never)); /* a stream spool never saw */
+  test_stream_destroy(s);
+  CK_SPOOL(spool_free(p, keep, never)); /* a live buffer of the released stream stays valid */
+  CK_STATUS(spool_stream_release(NULL, never), SPOOL_ERR_INVALID);
+  CK_SPOOL(spool_stream_release(p, never));
+  test_stream_destroy(never);
+  test_pool_destroy(p);
+}
+END_TEST
+
+START_TEST(cache_destroy_gives_blocks_back) {
+  spool_pool *p = pool_with(NULL);
+  cudaStream_t s = test_stream_create();
+  for (int i = 0; i < 8; i++) CK_SPOOL(spool_free(p, alloc_on(p, (size_t)(i + 1) * 100 * KiB, s),
+                                                  s));
+  ck_assert_uint_gt(test_stats(p).bytes_cached, 0);
+  CK_SPOOL(spool_pool_destroy(p)); /* cached blocks are not leaks */
+#ifdef SPOOL_TEST_SIM
+  ck_assert_int_eq(cudasim_pool_count(), 0);
+  ck_assert_int_eq(cudasim_live_allocations(), 0);
+#endif
+  test_stream_destroy(s);
+}
+END_TEST
+
+#ifdef SPOOL_TEST_SIM
+/* Out of memory, the caches go back first: a block cached on s1 makes room for s2. */
+START_TEST(cache_flushed_on_oom) {
+  cudasim_set_capacity(0, 8 * MiB);
+  spool_pool *p = pool_with(NULL);
+  cudaStream_t s1 = test_stream_create(), s2 = test_stream_create();
+  void *a = alloc_on(p, 6 * MiB, s1);
+  CK_SPOOL(spool_free(p, a, s1));
+  void *b = alloc_on(p, 5 * MiB, s2); /* another class, and the device is full */
+  spool_stats st = test_stats(p);
+  ck_assert_uint_eq(st.bytes_cached, 0);
+  ck_assert_uint_ge(st.cache_flushes, 1);
+  ck_assert_uint_eq(st.oom_recoveries, 1);
+  CK_SPOOL(spool_free(p, b, s2));
+  test_pool_destroy(p);
+  test_stream_destroy(s1);
+  test_stream_destroy(s2);
+}
+END_TEST
+
+/* A stream destroyed before spool_stream_release: the capture check finds out on next use. */
+START_TEST(cache_destroyed_stream_is_named) {
+  spool_pool *p = pool_with(NULL);
+  cudaStream_t s = test_stream_create();
+  void *a = alloc_on(p, MiB, s);
+  test_stream_destroy(s);
+  CK_STATUS(spool_free(p, a, s), SPOOL_ERR_CUDA);
+  CK_LAST_ERROR_HAS("destroyed");
+  cudaStream_t t = test_stream_create();
+  CK_SPOOL(spool_free(p, a, t));
+  test_pool_destroy(p);
+  test_stream_destroy(t);
+}
+END_TEST
+#endif
+
+/* ---- what tracking says about cached blocks --------------------------------------------- */
+
+START_TEST(cache_double_free_names_first_free) {
+  spool_pool *p = pool_with(NULL);
+  cudaStream_t s = test_stream_create();
+  void *a = NULL;
+  CK_SPOOL(SPOOL_ALLOC(p, &a, 3000, s));
+  CK_SPOOL(SPOOL_FREE(p, a, s));
+  spool_stats before = test_stats(p);
+  CK_STATUS(spool_free(p, a, s), SPOOL_ERR_DOUBLE_FREE);
+  CK_LAST_ERROR_HAS("check_cache.c");
+  CK_LAST_ERROR_HAS("already freed");
+  spool_stats after = test_stats(p);
+  ck_assert_uint_eq(after.bad_frees, before.bad_frees + 1);
+  ck_assert_uint_eq(after.bytes_cached, before.bytes_cached); /* nothing changed */
+  ck_assert_uint_eq(after.frees, before.frees);
+  test_pool_destroy(p); /* before the stream: its cache frees on it */
+  test_stream_destroy(s);
+}
+END_TEST
+
+START_TEST(cache_interior_and_wrong_pool) {
+  spool_pool *p = pool_with(NULL), *q = pool_with(NULL);
+  cudaStream_t s = test_stream_create();
+  void *a = alloc_on(p, 4096, s);
+  CK_STATUS(spool_free(p, (char *)a + 512, s), SPOOL_ERR_INTERIOR_POINTER);
+  CK_LAST_ERROR_HAS("512 bytes into");
+  CK_STATUS(spool_free(q, a, s), SPOOL_ERR_WRONG_POOL);
+  CK_SPOOL(spool_free(p, a, s));
+  test_pool_destroy(q);
+  test_pool_destroy(p);
+  test_stream_destroy(s);
+}
+END_TEST
+
+START_TEST(cache_leak_report_lists_cached_path_buffers) {
+  spool_pool *p = pool_with(NULL);
+  cudaStream_t s = test_stream_create();
+  void *a = NULL, *b = NULL;
+  CK_SPOOL(SPOOL_ALLOC(p, &a, 5000, s));
+  CK_SPOOL(spool_alloc_tagged(p, &b, 7000, s, "scratch"));
+  FILE *f = tmpfile();
+  ck_assert_ptr_nonnull(f);
+  CK_SPOOL(spool_leaks(p, f));
+  char text[4096] = {0};
+  rewind(f);
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  ck_assert_uint_gt(n, 0);
+  ck_assert_msg(strstr(text, "2 live buffers") && strstr(text, "check_cache.c") &&
+                    strstr(text, "tag 'scratch'"),
+                "leak report:\n%s", text);
+  CK_SPOOL(spool_free(p, a, s));
+  CK_SPOOL(spool_free(p, b, s));
+  test_pool_destroy(p); /* before the stream: its cache frees on it */
+  test_stream_destroy(s);
+}
+END_TEST
+
+START_TEST(cache_poison_in_stream_order) {
+  spool_pool *p = pool_with("poison=on");
+  cudaStream_t s = test_stream_create();
+  unsigned char host[512];
+  void *a = alloc_on(p, sizeof host, s);
+  CK_CUDA(cudaMemsetAsync(a, 0x11, sizeof host, s));
+  CK_SPOOL(spool_free(p, a, s));
+  CK_CUDA(cudaStreamSynchronize(s));
+  CK_CUDA(cudaMemcpy(host, a, sizeof host, cudaMemcpyDeviceToHost)); /* cached: still mapped */
+  ck_assert_uint_eq(host[0], 0xDD);
+  ck_assert_uint_eq(host[sizeof host - 1], 0xDD);
+  void *b = alloc_on(p, sizeof host, s);
+  ck_assert_ptr_eq(a, b);
+  CK_CUDA(cudaStreamSynchronize(s));
+  CK_CUDA(cudaMemcpy(host, b, sizeof host, cudaMemcpyDeviceToHost));
+  ck_assert_uint_eq(host[0], 0xA5);
+  ck_assert_uint_eq(host[sizeof host - 1], 0xA5);
+  CK_SPOOL(spool_free(p, b, s));
+  test_pool_destroy(p); /* before the stream: its cache frees on it */
+  test_stream_destroy(s);
+}
+END_TEST
+
+/* ---- stats ---------------------------------------------------------------------------------- */
+
+START_TEST(cache_peaks_exact_on_one_stream) {
+  spool_pool *p = pool_with(NULL);
+  cudaStream_t s = test_stream_create();
+  void *v[100];
+  for (int round = 0; round < 3; round++) {
+    for (int i = 0; i < 100; i++) v[i] = alloc_on(p, 1000, s);
+    for (int i = 0; i < 100; i++) CK_SPOOL(spool_free(p, v[i], s));
+  }
+  spool_stats st = test_stats(p);
+  ck_assert_uint_eq(st.bytes_in_use_peak, 100 * 1000);
+  ck_assert_uint_eq(st.buffers_in_use_peak, 100);
+  ck_assert_uint_eq(st.cache_hits, 200);
+  ck_assert_uint_eq(st.cache_misses, 100);
+  CK_SPOOL(spool_stats_reset_peaks(p));
+  void *one = alloc_on(p, 10, s);
+  st = test_stats(p);
+  ck_assert_uint_eq(st.bytes_in_use_peak, 10);
+  ck_assert_uint_eq(st.buffers_in_use_peak, 1);
+  CK_SPOOL(spool_free(p, one, s));
+  char json[2048];
+  CK_SPOOL(spool_stats_json(p, json, sizeof json));
+  /* 10 bytes is a new class (512 B): a miss */
+  ck_assert_msg(strstr(json, "\"cache_hits\":200") && strstr(json, "\"cache_misses\":101"),
+                "%s", json);
+  test_pool_destroy(p); /* before the stream: its cache frees on it */
+  test_stream_destroy(s);
+}
+END_TEST
+
+/* ---- threads ---------------------------------------------------------------------------------- */
+
+enum { THREADS = 8, ROUNDS = 2000 };
+
+typedef struct worker {
+  spool_pool *pool;
+  cudaStream_t stream;
+  uint64_t seed;
+  spool_status status;
+} worker;
+
+static void *work(void *arg) {
+  worker *w = arg;
+  void *live[4] = {0};
+  for (int i = 0; i < ROUNDS && w->status == SPOOL_OK; i++) {
+    int k = (int)(test_rand(&w->seed) % 4);
+    if (live[k]) w->status = spool_free(w->pool, live[k], w->stream);
+    live[k] = NULL;
+    if (w->status == SPOOL_OK)
+      w->status = spool_alloc(w->pool, &live[k], 4 * KiB + test_rand(&w->seed) % (28 * KiB),
+                              w->stream);
+  }
+  for (int k = 0; k < 4; k++)
+    if (live[k] && w->status == SPOOL_OK) w->status = spool_free(w->pool, live[k], w->stream);
+  return NULL;
+}
+
+START_TEST(cache_threads_own_streams) {
+  spool_pool *p = pool_with(NULL);
+  worker w[THREADS];
+  pthread_t t[THREADS];
+  for (int i = 0; i < THREADS; i++) {
+    w[i] = (worker){p, test_stream_create(), (uint64_t)i * 7919 + 1, SPOOL_OK};
+    ck_assert_int_eq(pthread_create(&t[i], NULL, work, &w[i]), 0);
+  }
+  for (int i = 0; i < THREADS; i++) ck_assert_int_eq(pthread_join(t[i], NULL), 0);
+  for (int i = 0; i < THREADS; i++) CK_STATUS(w[i].status, SPOOL_OK);
+  spool_stats st = test_stats(p);
+  ck_assert_uint_eq(st.allocs, (uint64_t)THREADS * ROUNDS);
+  ck_assert_uint_eq(st.frees, st.allocs);
+  ck_assert_uint_eq(st.bytes_in_use, 0);
+  ck_assert_uint_eq(st.buffers_in_use, 0);
+  ck_assert_uint_eq(st.cache_hits + st.cache_misses, st.allocs);
+  ck_assert_uint_gt(st.cache_hits, st.cache_misses);
+  ck_assert_uint_le(st.buffers_in_use_peak, 4 * THREADS);
+  for (int i = 0; i < THREADS; i++) {
+    CK_SPOOL(spool_stream_release(p, w[i].stream));
+    test_stream_destroy(w[i].stream);
+  }
+  ck_assert_uint_eq(test_stats(p).bytes_cached, 0);
+  test_pool_destroy(p);
+}
+END_TEST
+
+static Suite *cache_suite(void) {
+  Suite *s = suite_create("cache");
+  TCase *tc = test_tcase("hits");
+  tcase_add_test(tc, cache_hit_on_same_stream);
+  tcase_add_test(tc, cache_size_classes);
+  tcase_add_test(tc, cache_other_stream_waits_for_fence);
+  tcase_add_test(tc, cache_free_on_other_stream);
+  tcase_add_test(tc, cache_legacy_stream_one_cache);
+  tcase_add_test(tc, cache_per_thread_streams_are_distinct);
+  tcase_add_test(tc, cache_bypassed_under_capture);
+  tcase_add_test(tc, cache_capture_check_off_serves_under_capture);
+  suite_add_tcase(s, tc);
+  tc = test_tcase("bounds");
+  tcase_add_test(tc, cache_limit_sends_frees_to_pool);
+  tcase_add_test(tc, cache_max_block_skips_cache);
+  tcase_add_test(tc, cache_off_never_caches);
+  tcase_add_test(tc, cache_flushed_by_trim);
+  tcase_add_test(tc, cache_stream_release);
+  tcase_add_test(tc, cache_destroy_gives_blocks_back);
+  suite_add_tcase(s, tc);
+  tc = test_tcase("tracking");
+  tcase_add_test(tc, cache_double_free_names_first_free);
+  tcase_add_test(tc, cache_interior_and_wrong_pool);
+  tcase_add_test(tc, cache_leak_report_lists_cached_path_buffers);
+  tcase_add_test(tc, cache_poison_in_stream_order);
+  tcase_add_test(tc, cache_peaks_exact_on_one_stream);
+  tcase_add_test(tc, cache_threads_own_streams);
+  suite_add_tcase(s, tc);
+#ifdef SPOOL_TEST_SIM
+  tc = test_tcase("sim");
+  tcase_add_test(tc, cache_fence_not_passed_keeps_block);
+  tcase_add_test(tc, cache_flushed_on_oom);
+  tcase_add_test(tc, cache_destroyed_stream_is_named);
+  suite_add_tcase(s, tc);
+#endif
+  return s;
+}
+
+int main(void) { return test_main(cache_suite()); }
