@@ -143,6 +143,9 @@ static bool raw_pool_create(int dev, cudaMemPool_t *out) {
   return true;
 }
 
+/* --conf: settings applied on top of every spool row (e.g. cache=off, capture_check=off). */
+static const char *extra_conf;
+
 /* Measures one row at one size: fresh pool, warm-up, best of runs. */
 static bool measure(const row *r, int dev, size_t size, long pairs, int runs, cudaStream_t s,
                     double *best) {
@@ -153,6 +156,7 @@ static bool measure(const row *r, int dev, size_t size, long pairs, int runs, cu
     spool_config_init(&cfg);
     cfg.device = dev;
     SPOOL_CHECK(spool_config_parse(&cfg, r->conf));
+    if (extra_conf) SPOOL_CHECK(spool_config_parse(&cfg, extra_conf));
     SPOOL_CHECK(spool_pool_create(&t.pool, &cfg));
   } else {
     if (!raw_pool_create(dev, &t.raw)) return false;
@@ -296,8 +300,10 @@ int main(int argc, char **argv) {
         return 2;
     } else if (strcmp(a, "--runs") == 0) {
       if (!parse_long(a, i + 1 < argc ? argv[++i] : NULL, 1, 100, &runs)) return 2;
+    } else if (strcmp(a, "--conf") == 0 && i + 1 < argc) {
+      extra_conf = argv[++i];
     } else {
-      fprintf(stderr, "usage: track_cost [--pairs N] [--runs N] [--quick]\n");
+      fprintf(stderr, "usage: track_cost [--pairs N] [--runs N] [--quick] [--conf TEXT]\n");
       return strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0 ? 0 : 2;
     }
   }

@@ -14,7 +14,8 @@
  *   streams without telling spool.
  * - Under stream capture the cache is bypassed: a reused pointer would be baked into the graph.
  *   Blocks allocated under capture go through the uncached path and never enter a cache; a
- *   cached-path buffer freed under capture goes to the driver (a free node in the graph).
+ *   cached-path buffer freed under capture is refused (CUDA would refuse it too, and break
+ *   the capture).
  * - The legacy stream has two handles (NULL and cudaStreamLegacy): one cache. cudaStreamPerThread
  *   is one handle for a different stream in every thread: one cache per thread.
  * - Flushes (spool_trim, out of memory, destroy) synchronize the device and free on the calling
@@ -404,15 +405,15 @@ static bool to_bin(spool_pool *p, spool__scache *c, spool__buffer *b, cudaStream
   return true;
 }
 
-/* Under c's lock, for a live block that does not simply go into the bin (poisoning, capture, the
- * limit, no host memory): poisons it, then caches it or gives it to the pool. On success with
- * the pool, *gone is the record to bury once the lock is dropped. */
+/* Under c's lock, for a live block that does not simply go into the bin (poisoning, the limit,
+ * no host memory): poisons it, then caches it or gives it to the pool. On success with the pool,
+ * *gone is the record to bury once the lock is dropped. */
 static spool_status release_slow(spool_pool *p, spool__scache *c, spool__buffer *b,
-                                 cudaStream_t stream, const spool__site *site, bool capturing,
+                                 cudaStream_t stream, const spool__site *site,
                                  spool__buffer *gone, bool *buried) {
   spool_status s = spool__poison_freed(p, (void *)b->ptr, (size_t)b->size, stream);
   if (s != SPOOL_OK) return s;
-  if (!capturing && !over_limit(p, c, b->bytes) && to_bin(p, c, b, stream, site)) return SPOOL_OK;
+  if (!over_limit(p, c, b->bytes) && to_bin(p, c, b, stream, site)) return SPOOL_OK;
   cudaError_t err = cudaFreeAsync((void *)b->ptr, stream);
   if (err != cudaSuccess) {
     char size[SPOOL__SIZE_TEXT];
@@ -434,24 +435,37 @@ static spool_status release_slow(spool_pool *p, spool__scache *c, spool__buffer 
 static spool_status free_live(spool_pool *p, spool__scache *c, spool__buffer *b,
                               cudaStream_t stream, const spool__site *site, bool capturing,
                               bool pool_locked) {
-  if (!capturing && !p->cfg.poison && !over_limit(p, c, b->bytes) &&
-      to_bin(p, c, b, stream, site)) {
+  if (capturing) {
+    /* CUDA refuses to free in a graph what the graph did not allocate, and the refusal breaks
+     * the capture; a cache would hand the block out before the graph ever ran. */
+    unlock(c);
+    return spool__fail(SPOOL_ERR_INVALID,
+                       "%s: %p was allocated outside the capture that stream %p is in; freeing "
+                       "it inside would break the capture (a graph frees only what it "
+                       "allocated): free it after cudaStreamEndCapture; nothing was freed", FREE,
+                       (void *)b->ptr, (void *)stream);
+  }
+  if (!p->cfg.poison && !over_limit(p, c, b->bytes) && to_bin(p, c, b, stream, site)) {
     unlock(c);
     return SPOOL_OK;
   }
   spool__buffer gone;
   bool buried = false;
-  spool_status s = release_slow(p, c, b, stream, site, capturing, &gone, &buried);
+  spool_status s = release_slow(p, c, b, stream, site, &gone, &buried);
   unlock(c);
   if (buried && pool_locked) spool__grave_bury(&p->graves, &gone);
   else if (buried) spool__bury(p, &gone, site);
   return s;
 }
 
-/* Capture state of the freeing stream, when the pool checks it. */
+/* Capture state of the freeing stream. Asked only with track=full: a correct program never
+ * frees inside a capture what the capture did not allocate (CUDA refuses it), so the default
+ * spends its one capture check per pair on the allocation, where a wrong answer would bake a
+ * reused pointer into a graph; track=full also catches the misuse at the free. */
 static spool_status free_capturing(const spool_pool *p, cudaStream_t stream, bool *capturing) {
   *capturing = false;
-  return p->cfg.capture_check ? spool__stream_capturing(stream, capturing, FREE) : SPOOL_OK;
+  if (!p->cfg.capture_check || p->cfg.track != SPOOL_TRACK_FULL) return SPOOL_OK;
+  return spool__stream_capturing(stream, capturing, FREE);
 }
 
 spool__free_result spool__cache_free(spool_pool *p, void *ptr, cudaStream_t stream,
@@ -609,7 +623,7 @@ void spool__cache_reset_peaks(spool_pool *p) {
   atomic_store(&p->peak_buffers, atomic_load(&p->total_buffers));
 }
 
-/* ---- flushes ---------------------------------------------------------------------------------- */
+/* ---- flushes --------------------------------------------------------------------------------- */
 
 /* Gives c's cached blocks back to the pool on stream fs. Under the pool's lock (it buries
  * them). Stops at the first failure, which leaves that block cached. */

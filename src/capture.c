@@ -37,27 +37,28 @@ static spool_status fail_stream(cudaStream_t stream, const char *ctx, const char
                      reason);
 }
 
-spool_status spool__stream_capturing(cudaStream_t stream, bool *capturing, const char *ctx) {
-  pthread_once(&resolve_once, resolve);
-  if (driver_fn) {
-    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
-    CUresult r = driver_fn((CUstream)stream, &st);
-    /* The legacy stream, asked while a blocking stream is being captured: as good as captured. */
-    if (r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) st = CU_STREAM_CAPTURE_STATUS_ACTIVE;
-    else if (r != CUDA_SUCCESS) {
-      char why[32];
-      snprintf(why, sizeof why, "CUresult %d", (int)r);
-      return fail_stream(stream, ctx, "cuStreamIsCapturing", why);
-    }
-    *capturing = st != CU_STREAM_CAPTURE_STATUS_NONE;
-    return SPOOL_OK;
-  }
+/* The runtime's answer: slower, but it makes the device's context current on a thread that has
+ * not used CUDA yet, where the driver's call finds no context. */
+static spool_status runtime_capturing(cudaStream_t stream, bool *capturing, const char *ctx) {
   enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
   cudaError_t err = cudaStreamIsCapturing(stream, &st);
-  if (err != cudaSuccess) {
+  if (err == cudaErrorStreamCaptureImplicit) st = cudaStreamCaptureStatusActive;
+  else if (err != cudaSuccess) {
     spool__clear_cuda_error();
     return fail_stream(stream, ctx, "cudaStreamIsCapturing", cudaGetErrorName(err));
   }
   *capturing = st != cudaStreamCaptureStatusNone;
+  return SPOOL_OK;
+}
+
+spool_status spool__stream_capturing(cudaStream_t stream, bool *capturing, const char *ctx) {
+  pthread_once(&resolve_once, resolve);
+  if (!driver_fn) return runtime_capturing(stream, capturing, ctx);
+  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUresult r = driver_fn((CUstream)stream, &st);
+  /* The legacy stream, asked while a blocking stream is being captured: as good as captured. */
+  if (r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) st = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  else if (r != CUDA_SUCCESS) return runtime_capturing(stream, capturing, ctx);
+  *capturing = st != CU_STREAM_CAPTURE_STATUS_NONE;
   return SPOOL_OK;
 }

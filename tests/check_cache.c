@@ -171,6 +171,7 @@ typedef struct per_thread_arg {
   spool_pool *pool;
   void *first, *second;
   spool_status s1, s2;
+  char error[512]; /* the thread's spool_last_error */
 } per_thread_arg;
 
 /* Allocates twice on this thread's per-thread stream, freeing in between. */
@@ -178,7 +179,9 @@ static void *per_thread_body(void *arg) {
   per_thread_arg *a = arg;
   a->s1 = spool_alloc(a->pool, &a->first, 32 * KiB, cudaStreamPerThread);
   if (a->s1 == SPOOL_OK) a->s1 = spool_free(a->pool, a->first, cudaStreamPerThread);
-  a->s2 = spool_alloc(a->pool, &a->second, 32 * KiB, cudaStreamPerThread);
+  if (a->s1 == SPOOL_OK)
+    a->s2 = spool_alloc(a->pool, &a->second, 32 * KiB, cudaStreamPerThread);
+  snprintf(a->error, sizeof a->error, "%s", spool_last_error());
   return NULL;
 }
 
@@ -192,8 +195,9 @@ START_TEST(cache_per_thread_streams_are_distinct) {
   pthread_t t;
   ck_assert_int_eq(pthread_create(&t, NULL, per_thread_body, &a), 0);
   ck_assert_int_eq(pthread_join(t, NULL), 0);
-  CK_STATUS(a.s1, SPOOL_OK);
-  CK_STATUS(a.s2, SPOOL_OK);
+  /* A fresh thread: its first CUDA call is spool's capture check (no context current yet). */
+  ck_assert_msg(a.s1 == SPOOL_OK && a.s2 == SPOOL_OK, "thread: %s, %s: %s",
+                spool_status_name(a.s1), spool_status_name(a.s2), a.error);
   ck_assert_ptr_ne(a.first, mine); /* the other thread did not take this thread's block */
   ck_assert_ptr_eq(a.second, a.first); /* but reused its own */
   void *again = alloc_on(p, 32 * KiB, cudaStreamPerThread);
@@ -205,7 +209,7 @@ START_TEST(cache_per_thread_streams_are_distinct) {
 }
 END_TEST
 
-/* ---- capture ---------------------------------------------------------------------------------- */
+/* ---- capture --------------------------------------------------------------------------------- */
 
 static void capture_round(spool_pool *p, cudaStream_t s, void *cached, bool expect_hit) {
   void *in = NULL;
@@ -234,6 +238,27 @@ START_TEST(cache_bypassed_under_capture) {
   check_cache_stats(p, 1, 1, 0);
   CK_SPOOL(spool_free(p, b, s));
   test_pool_destroy(p); /* before the stream: its cache frees on it */
+  test_stream_destroy(s);
+}
+END_TEST
+
+/* A buffer the cache served, freed inside a capture (track=full asks at the free): refused, the
+ * capture intact, and the buffer still the caller's to free after it. */
+START_TEST(cache_free_under_capture_refused) {
+  spool_pool *p = pool_with("track=full");
+  cudaStream_t s = test_stream_create();
+  void *a = alloc_on(p, 64 * KiB, s);
+  cudaGraph_t graph = NULL;
+  CK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+  spool_status st = spool_free(p, a, s);
+  CK_CUDA(cudaStreamEndCapture(s, &graph));
+  CK_STATUS(st, SPOOL_ERR_INVALID);
+  CK_LAST_ERROR_HAS("after cudaStreamEndCapture");
+  CK_CUDA(cudaGraphDestroy(graph));
+  spool_stats before = test_stats(p);
+  ck_assert_uint_eq(before.buffers_in_use, 1);
+  CK_SPOOL(spool_free(p, a, s));
+  test_pool_destroy(p);
   test_stream_destroy(s);
 }
 END_TEST
@@ -385,12 +410,16 @@ START_TEST(cache_flushed_on_oom) {
 }
 END_TEST
 
-/* A stream destroyed before spool_stream_release: the capture check finds out on next use. */
+/* A stream destroyed before spool_stream_release: the capture check at the next allocation on it
+ * finds out, and with track=full the one at a free. */
 START_TEST(cache_destroyed_stream_is_named) {
-  spool_pool *p = pool_with(NULL);
+  spool_pool *p = pool_with("track=full");
   cudaStream_t s = test_stream_create();
-  void *a = alloc_on(p, MiB, s);
+  void *a = alloc_on(p, MiB, s), *b = TEST_SENTINEL;
   test_stream_destroy(s);
+  CK_STATUS(spool_alloc(p, &b, MiB, s), SPOOL_ERR_CUDA);
+  CK_LAST_ERROR_HAS("destroyed");
+  ck_assert_ptr_null(b);
   CK_STATUS(spool_free(p, a, s), SPOOL_ERR_CUDA);
   CK_LAST_ERROR_HAS("destroyed");
   cudaStream_t t = test_stream_create();
@@ -514,7 +543,7 @@ START_TEST(cache_peaks_exact_on_one_stream) {
 }
 END_TEST
 
-/* ---- threads ---------------------------------------------------------------------------------- */
+/* ---- threads --------------------------------------------------------------------------------- */
 
 enum { THREADS = 8, ROUNDS = 2000 };
 
@@ -579,6 +608,7 @@ static Suite *cache_suite(void) {
   tcase_add_test(tc, cache_per_thread_streams_are_distinct);
   tcase_add_test(tc, cache_bypassed_under_capture);
   tcase_add_test(tc, cache_capture_check_off_serves_under_capture);
+  tcase_add_test(tc, cache_free_under_capture_refused);
   suite_add_tcase(s, tc);
   tc = test_tcase("bounds");
   tcase_add_test(tc, cache_limit_sends_frees_to_pool);

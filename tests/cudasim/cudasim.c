@@ -330,6 +330,7 @@ static _Thread_local struct {
   cudaError_t last;
   struct CUstream_st *ptds[SIM_MAX_DEV];
   enum cudaStreamCaptureMode mode; /* cudaThreadExchangeStreamCaptureMode; 0 is global */
+  int context; /* a runtime call made the device's context current on this thread */
 } t;
 
 /* ---- state, locking, counting, fault injection ----------------------------------------------- */
@@ -414,6 +415,10 @@ static cudaError_t sim_enter(const char *api, int needs_device) {
     return cudaErrorInsufficientDriver;
   if (g.ndev == 0)
     return cudaErrorNoDevice;
+  /* The runtime makes the primary context current on a thread's first call that needs the
+   * device; the driver API does not (see cu_is_capturing). */
+  if (strncmp(api, "cuda", 4) == 0)
+    t.context = 1;
   return cudaSuccess;
 }
 
@@ -2671,6 +2676,12 @@ static CUresult cu_is_capturing(CUstream h, CUstreamCaptureStatus *status, int p
   cudaError_t e = sim_enter("cuStreamIsCapturing", 1);
   if (e == cudaSuccess && !status)
     e = cudaErrorInvalidValue;
+  /* The special handles name a stream of the current context: on a thread where no runtime
+   * call has made one current, the driver fails (as an H200 showed for cudaStreamPerThread). A
+   * created stream carries its own context. */
+  int special = h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD;
+  if (e == cudaSuccess && special && !t.context)
+    e = cudaErrorDeviceUninitialized; /* 201: CUDA_ERROR_INVALID_CONTEXT */
   if (e == cudaSuccess)
     e = stream_is_capturing(h == NULL && ptsz ? cudaStreamPerThread : h, &st);
   if (e == cudaSuccess)
