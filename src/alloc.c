@@ -300,6 +300,29 @@ static spool_status refuse(spool_pool *pool, void *ptr, const spool__site *site,
   return refuse_free(pool, ptr, site, r);
 }
 
+/* Everything a free does that its stream's cache did not settle. Kept out of line so that the
+ * hot path's frame stays small (this one holds messages and records). */
+static SPOOL__NOINLINE spool_status free_slow(spool_pool *pool, void *ptr, cudaStream_t stream,
+                                              const spool__site *site, spool__free_result fr,
+                                              const spool__buffer *dead) {
+  spool_status s = SPOOL_OK;
+  spool__buffer moved;
+  if (fr == SPOOL__FREE_PASS && pool->cfg.track != SPOOL_TRACK_OFF &&
+      free_tracked(pool, ptr, stream, site, &s))
+    return s;
+  if (fr == SPOOL__FREE_PASS && pool->cfg.cache) {
+    fr = spool__cache_free_moved(pool, ptr, stream, site, &s, &moved);
+    dead = &moved;
+  }
+  if (fr == SPOOL__FREE_DONE) return s;
+  if (fr == SPOOL__FREE_PASS && pool->cfg.track == SPOOL_TRACK_OFF)
+    return free_untracked(pool, ptr, stream);
+  refusal r = {0};
+  r.freed = fr == SPOOL__FREE_CACHED;
+  if (r.freed) r.freed_buf = *dead;
+  return refuse(pool, ptr, site, &r);
+}
+
 /* Where a free goes: the stream's cache, the pool's table, another stream's cache; else it is
  * refused. With track=off the driver judges what no cache knows. */
 static spool_status free_impl(spool_pool *pool, void *ptr, cudaStream_t stream,
@@ -307,18 +330,11 @@ static spool_status free_impl(spool_pool *pool, void *ptr, cudaStream_t stream,
   if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", FREE);
   if (!ptr) return SPOOL_OK;
   spool_status s = SPOOL_OK;
-  refusal r = {0};
+  spool__buffer dead; /* filled only when ptr sits freed in a cache */
   spool__free_result fr = SPOOL__FREE_PASS;
-  if (pool->cfg.cache) fr = spool__cache_free(pool, ptr, stream, site, &s, &r.freed_buf);
-  if (fr == SPOOL__FREE_PASS && pool->cfg.track != SPOOL_TRACK_OFF &&
-      free_tracked(pool, ptr, stream, site, &s))
-    return s;
-  if (fr == SPOOL__FREE_PASS && pool->cfg.cache)
-    fr = spool__cache_free_moved(pool, ptr, stream, site, &s, &r.freed_buf);
+  if (pool->cfg.cache) fr = spool__cache_free(pool, ptr, stream, site, &s, &dead);
   if (fr == SPOOL__FREE_DONE) return s;
-  r.freed = fr == SPOOL__FREE_CACHED;
-  if (!r.freed && pool->cfg.track == SPOOL_TRACK_OFF) return free_untracked(pool, ptr, stream);
-  return refuse(pool, ptr, site, &r);
+  return free_slow(pool, ptr, stream, site, fr, &dead);
 }
 
 spool_status spool_free(spool_pool *pool, void *ptr, cudaStream_t stream) {

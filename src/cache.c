@@ -109,14 +109,9 @@ static spool__scache *find_locked(spool_pool *p, cudaStream_t key, uint64_t thre
   return NULL;
 }
 
-static spool_status cache_of(spool_pool *p, cudaStream_t stream, spool__scache **out,
-                             const char *ctx) {
-  cudaStream_t key = key_of(stream);
-  slot *sl = slot_of(p->id, key);
-  if (sl->pool == p->id && sl->stream == key) {
-    *out = sl->cache;
-    return SPOOL_OK;
-  }
+/* The first use of a stream by this thread: find or make its cache under the pool's lock. */
+static SPOOL__NOINLINE spool_status cache_of_slow(spool_pool *p, cudaStream_t key, slot *sl,
+                                                  spool__scache **out, const char *ctx) {
   uint64_t thread = thread_of(key);
   pthread_mutex_lock(&p->lock);
   spool__scache *c = find_locked(p, key, thread);
@@ -129,10 +124,21 @@ static spool_status cache_of(spool_pool *p, cudaStream_t stream, spool__scache *
   pthread_mutex_unlock(&p->lock);
   if (!c)
     return spool__fail(SPOOL_ERR_HOST_OOM, "%s: no host memory for the cache of stream %p",
-                       ctx, (void *)stream);
+                       ctx, (void *)key);
   *sl = (slot){p->id, key, c};
   *out = c;
   return SPOOL_OK;
+}
+
+static inline spool_status cache_of(spool_pool *p, cudaStream_t stream, spool__scache **out,
+                                    const char *ctx) {
+  cudaStream_t key = key_of(stream);
+  slot *sl = slot_of(p->id, key);
+  if (sl->pool == p->id && sl->stream == key) {
+    *out = sl->cache;
+    return SPOOL_OK;
+  }
+  return cache_of_slow(p, key, sl, out, ctx);
 }
 
 /* ---- totals -------------------------------------------------------------------------------- */
@@ -189,14 +195,17 @@ static uint64_t next_seq(spool_pool *p, spool__scache *c) {
 
 /* ---- bins ----------------------------------------------------------------------------------- */
 
-static bool bin_push(spool__bin *bin, uintptr_t u) {
-  if (bin->count == bin->cap) {
-    uint32_t cap = bin->cap ? bin->cap * 2 : 8;
-    uintptr_t *ptrs = realloc(bin->ptrs, cap * sizeof *ptrs);
-    if (!ptrs) return false;
-    bin->ptrs = ptrs;
-    bin->cap = cap;
-  }
+static SPOOL__NOINLINE bool bin_grow(spool__bin *bin) {
+  uint32_t cap = bin->cap ? bin->cap * 2 : 8;
+  uintptr_t *ptrs = realloc(bin->ptrs, cap * sizeof *ptrs);
+  if (!ptrs) return false;
+  bin->ptrs = ptrs;
+  bin->cap = cap;
+  return true;
+}
+
+static inline bool bin_push(spool__bin *bin, uintptr_t u) {
+  if (bin->count == bin->cap && !bin_grow(bin)) return false;
   bin->ptrs[bin->count++] = u;
   return true;
 }

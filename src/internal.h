@@ -10,8 +10,10 @@
 
 #if defined(__GNUC__)
 #define SPOOL__PRINTF(f, a) __attribute__((format(printf, f, a)))
+#define SPOOL__NOINLINE __attribute__((noinline))
 #else
 #define SPOOL__PRINTF(f, a)
+#define SPOOL__NOINLINE
 #endif
 
 /* ---- status.c: this thread's last error ------------------------------------------------- */
@@ -109,8 +111,22 @@ spool_status spool__table_insert(spool__table *t, const spool__buffer *b);
 int spool__table_remove(spool__table *t, uintptr_t ptr, spool__buffer *out);
 /* The record of ptr, or NULL. Valid until the next change of t. */
 const spool__buffer *spool__table_find(const spool__table *t, uintptr_t ptr);
-/* The same, to change the record in place (never its ptr). */
-spool__buffer *spool__table_lookup(spool__table *t, uintptr_t ptr);
+/* Where ptr's probe run starts. Pool pointers are 256-aligned: drop the zero bits, then
+ * Fibonacci hashing spreads them. */
+static inline size_t spool__table_home(const spool__table *t, uintptr_t ptr) {
+  uint64_t h = (uint64_t)(ptr >> 8) * UINT64_C(0x9E3779B97F4A7C15);
+  return (size_t)(h >> 32) & (t->cap - 1);
+}
+
+/* The record of ptr, to change in place (never its ptr), or NULL. Inline: every cached
+ * allocation and free looks its block up. */
+static inline spool__buffer *spool__table_lookup(spool__table *t, uintptr_t ptr) {
+  if (t->cap == 0) return NULL;
+  for (size_t i = spool__table_home(t, ptr);; i = (i + 1) & (t->cap - 1)) {
+    if (t->slots[i].ptr == ptr) return &t->slots[i];
+    if (t->slots[i].ptr == 0) return NULL;
+  }
+}
 /* The live buffer that ptr points inside of (not at its start), or NULL. A scan: error paths
  * only. */
 const spool__buffer *spool__table_containing(const spool__table *t, uintptr_t ptr);

@@ -14,11 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-static size_t slot_of(const spool__table *t, uintptr_t ptr) {
-  /* Pool pointers are 256-aligned: drop the zero bits, then Fibonacci hashing spreads them. */
-  uint64_t h = (uint64_t)(ptr >> 8) * UINT64_C(0x9E3779B97F4A7C15);
-  return (size_t)(h >> 32) & (t->cap - 1);
-}
+static size_t slot_of(const spool__table *t, uintptr_t ptr) { return spool__table_home(t, ptr); }
 
 static void place(spool__table *t, const spool__buffer *b) {
   size_t i = slot_of(t, b->ptr);
@@ -53,11 +49,8 @@ spool_status spool__table_insert(spool__table *t, const spool__buffer *b) {
 }
 
 static size_t find_slot(const spool__table *t, uintptr_t ptr) {
-  if (t->cap == 0) return SIZE_MAX;
-  for (size_t i = slot_of(t, ptr);; i = (i + 1) & (t->cap - 1)) {
-    if (t->slots[i].ptr == ptr) return i;
-    if (t->slots[i].ptr == 0) return SIZE_MAX;
-  }
+  const spool__buffer *b = spool__table_lookup((spool__table *)t, ptr);
+  return b ? (size_t)(b - t->slots) : SIZE_MAX;
 }
 
 /* Moves later entries of the probe run back over the hole at i, so lookups never stop early. */
@@ -96,11 +89,6 @@ void spool__table_free(spool__table *t) {
 }
 
 const spool__buffer *spool__table_find(const spool__table *t, uintptr_t ptr) {
-  size_t i = find_slot(t, ptr);
-  return i == SIZE_MAX ? NULL : &t->slots[i];
-}
-
-spool__buffer *spool__table_lookup(spool__table *t, uintptr_t ptr) {
   size_t i = find_slot(t, ptr);
   return i == SIZE_MAX ? NULL : &t->slots[i];
 }
