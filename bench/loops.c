@@ -21,7 +21,7 @@ static inline bool one_pair(allocator *a, size_t n, cudaStream_t s, bool touch,
   const bool ok = !touch || bench_cuda_ok(bench_touch(p, n, s), "launch of touch", __FILE__,
                                           __LINE__);
   live_sub(live, n);
-  return a->free(a, p, n, s) && ok;
+  return a->free(a, p, s) && ok;
 }
 
 bool loop_pairs(allocator *a, const pairs_plan *pl, live_count *live, double *ns) {
@@ -66,7 +66,7 @@ bool churn_fill(allocator *a, const churn_seq *q, const cudaStream_t *streams, c
  * ordered), the new one allocated on s; a failed alloc leaves the slot empty. */
 static inline bool churn_step(allocator *a, churn_slots *sl, uint32_t j, size_t n,
                               const cudaStream_t *streams, int k, live_count *live) {
-  if (!a->free(a, sl->ptr[j], sl->size[j], streams[sl->stream[j]])) return false;
+  if (!a->free(a, sl->ptr[j], streams[sl->stream[j]])) return false;
   live_sub(live, sl->size[j]);
   sl->ptr[j] = NULL;
   if (!a->alloc(a, &sl->ptr[j], n, streams[k])) return false;
@@ -98,7 +98,7 @@ bool churn_drain(allocator *a, const cudaStream_t *streams, churn_slots *sl, liv
   bool ok = true;
   for (long i = 0; sl->ptr != NULL && i < sl->n; ++i) {
     if (sl->ptr[i] == NULL) continue;
-    ok = a->free(a, sl->ptr[i], sl->size[i], streams[sl->stream[i]]) && ok;
+    ok = a->free(a, sl->ptr[i], streams[sl->stream[i]]) && ok;
     live_sub(live, sl->size[i]);
   }
   ok = sync_streams(streams, BENCH_STREAMS) && ok;

@@ -52,7 +52,7 @@ static bool tmp_free(allocator *a, temps *tp, int i, cudaStream_t s, live_count 
   void *p = tp->t[i];
   tp->t[i] = NULL;
   live_sub(live, tp->n[i]);
-  return a->free(a, p, tp->n[i], s);
+  return a->free(a, p, s);
 }
 
 /* The kernels and the allocations, in the sample's order; stops at the first failure. */

@@ -24,8 +24,8 @@ static bool none_alloc(allocator *a, void **p, size_t n, cudaStream_t s) {
   return true;
 }
 
-static bool none_free(allocator *a, void *p, size_t n, cudaStream_t s) {
-  (void)a, (void)p, (void)n, (void)s;
+static bool none_free(allocator *a, void *p, cudaStream_t s) {
+  (void)a, (void)p, (void)s;
   return true;
 }
 
@@ -59,8 +59,8 @@ static bool malloc_alloc(allocator *a, void **p, size_t n, cudaStream_t s) {
   return true;
 }
 
-static bool malloc_free(allocator *a, void *p, size_t n, cudaStream_t s) {
-  (void)a, (void)n, (void)s;
+static bool malloc_free(allocator *a, void *p, cudaStream_t s) {
+  (void)a, (void)s;
   CUDA_TRY(cudaFree(p));
   return true;
 }
@@ -88,8 +88,8 @@ static bool async_alloc(allocator *a, void **p, size_t n, cudaStream_t s) {
   return true;
 }
 
-static bool async_free(allocator *a, void *p, size_t n, cudaStream_t s) {
-  (void)a, (void)n;
+static bool async_free(allocator *a, void *p, cudaStream_t s) {
+  (void)a;
   CUDA_TRY(cudaFreeAsync(p, s));
   return true;
 }
@@ -119,9 +119,9 @@ static bool async_teardown(allocator *a) {
   return ok;
 }
 
-/* ---- spool ----------------------------------------------------------------------------------- */
+/* ---- spool (sp_*: spool_ is the library's prefix) -------------------------------------------- */
 
-static bool spool_setup(allocator *a) {
+static bool sp_setup(allocator *a) {
   spool_config cfg;
   spool_config_init(&cfg);
   cfg.device = a->device;
@@ -131,21 +131,20 @@ static bool spool_setup(allocator *a) {
 }
 
 /* SPOOL_ALLOC / SPOOL_FREE: the forms the README shows users (they record the call site). */
-static bool spool_alloc_fn(allocator *a, void **p, size_t n, cudaStream_t s) {
+static bool sp_alloc(allocator *a, void **p, size_t n, cudaStream_t s) {
   return bench_spool_ok(SPOOL_ALLOC(a->pool, p, n, s), "spool_alloc", __FILE__, __LINE__);
 }
 
-static bool spool_free_fn(allocator *a, void *p, size_t n, cudaStream_t s) {
-  (void)n;
+static bool sp_free(allocator *a, void *p, cudaStream_t s) {
   return bench_spool_ok(SPOOL_FREE(a->pool, p, s), "spool_free", __FILE__, __LINE__);
 }
 
-static bool spool_reset(allocator *a) {
+static bool sp_reset(allocator *a) {
   SPOOL_TRY(spool_stats_reset_peaks(a->pool));
   return true;
 }
 
-static bool spool_reserved(allocator *a, uint64_t *out) {
+static bool sp_reserved(allocator *a, uint64_t *out) {
   spool_stats st;
   SPOOL_TRY(spool_stats_get(a->pool, &st));
   *out = st.bytes_reserved_peak;
@@ -153,7 +152,7 @@ static bool spool_reserved(allocator *a, uint64_t *out) {
 }
 
 /* Every buffer was freed, so destroy must say SPOOL_OK; SPOOL_ERR_LEAKS is a harness bug. */
-static bool spool_teardown(allocator *a) {
+static bool sp_teardown(allocator *a) {
   bool ok = bench_cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize()", __FILE__, __LINE__);
   ok = bench_spool_ok(spool_pool_destroy(a->pool), "spool_pool_destroy", __FILE__, __LINE__) && ok;
   a->pool = NULL;
@@ -162,25 +161,32 @@ static bool spool_teardown(allocator *a) {
 
 /* ---- the table ------------------------------------------------------------------------------- */
 
-#define SPOOL_FNS                                                                                 \
-  spool_setup, spool_alloc_fn, spool_free_fn, spool_reset, spool_reserved, spool_teardown
+#define POOL_FNS(prefix)                                                                          \
+  .alloc = prefix##_alloc, .free = prefix##_free, .reset_peaks = prefix##_reset,                  \
+  .reserved_high = prefix##_reserved, .teardown = prefix##_teardown
+#define SPOOL_STRATEGY(nm, text, desc)                                                            \
+  {.name = nm, .what = desc, .conf = text, .setup = sp_setup, POOL_FNS(sp)}
 
 const strategy STRATEGIES[ST_COUNT] = {
-    {"none", "no allocation: the same loop; alloc hands out one of 8 buffers made at setup",
-     NULL, false, false, none_setup, none_alloc, none_free, nothing, no_reserved, none_teardown},
-    {"cudaMalloc", "cudaMalloc + cudaFree (cudaFree waits for the whole device)", NULL, true, true,
-     nothing, malloc_alloc, malloc_free, nothing, no_reserved, nothing},
-    {"async-t0", "cudaMallocAsync + cudaFreeAsync, default pool, release threshold 0 (shipped)",
-     NULL, false, false, async_t0_setup, async_alloc, async_free, async_reset, async_reserved,
-     async_teardown},
-    {"async-tmax", "cudaMallocAsync + cudaFreeAsync, default pool, release threshold max", NULL,
-     false, false, async_tmax_setup, async_alloc, async_free, async_reset, async_reserved,
-     async_teardown},
-    {"spool-nocache", "spool_alloc + spool_free, defaults with cache=off", "cache=off", false,
-     false, SPOOL_FNS},
-    {"spool", "spool_alloc + spool_free, defaults", "", false, false, SPOOL_FNS},
-    {"spool-tuned", "spool_alloc + spool_free, tuned config (--tuned)", BENCH_TUNED_DEFAULT,
-     false, false, SPOOL_FNS},
+    {.name = "none",
+     .what = "no allocation: the same loop; alloc hands out one of 8 buffers made at setup",
+     .setup = none_setup, .alloc = none_alloc, .free = none_free, .reset_peaks = nothing,
+     .reserved_high = no_reserved, .teardown = none_teardown},
+    {.name = "cudaMalloc", .what = "cudaMalloc + cudaFree (cudaFree waits for the whole device)",
+     .slow = true, .live_is_reserved = true, .setup = nothing, .alloc = malloc_alloc,
+     .free = malloc_free, .reset_peaks = nothing, .reserved_high = no_reserved,
+     .teardown = nothing},
+    {.name = "async-t0",
+     .what = "cudaMallocAsync + cudaFreeAsync, default pool, release threshold 0 (shipped)",
+     .setup = async_t0_setup, POOL_FNS(async)},
+    {.name = "async-tmax",
+     .what = "cudaMallocAsync + cudaFreeAsync, default pool, release threshold max",
+     .setup = async_tmax_setup, POOL_FNS(async)},
+    SPOOL_STRATEGY("spool-nocache", "cache=off",
+                   "spool_alloc + spool_free, defaults with cache=off"),
+    SPOOL_STRATEGY("spool", "", "spool_alloc + spool_free, defaults"),
+    SPOOL_STRATEGY("spool-tuned", BENCH_TUNED_DEFAULT,
+                   "spool_alloc + spool_free, tuned config (--tuned)"),
 };
 
 int strategy_find(const char *name) {

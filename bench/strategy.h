@@ -39,10 +39,9 @@ typedef enum strategy_id {
 
 typedef struct allocator allocator;
 
-/* alloc and free must be callable from several threads at once (the threads workload). free
- * gets the size that was asked for, which only the harness's own counts need. */
+/* alloc and free must be callable from several threads at once (the threads workload). */
 typedef bool (*alloc_fn)(allocator *a, void **p, size_t n, cudaStream_t s);
-typedef bool (*free_fn)(allocator *a, void *p, size_t n, cudaStream_t s);
+typedef bool (*free_fn)(allocator *a, void *p, cudaStream_t s);
 
 typedef struct strategy {
   const char *name; /* table, CSV and --strategies */
@@ -61,7 +60,7 @@ typedef struct strategy {
 
 extern const strategy STRATEGIES[ST_COUNT];
 
-/* One strategy set up for one measurement. Fill the first block, then strategy_setup. */
+/* One strategy for one measurement: strategy_init, then st->setup ... st->teardown. */
 struct allocator {
   const strategy *st;
   int device;
@@ -75,7 +74,7 @@ struct allocator {
   cudaMemPool_t mp;          /* async: the pool cudaMallocAsync uses */
   uint64_t saved_threshold;  /* async: put back at teardown */
   void *ring[BENCH_RING];    /* none */
-  bool ready;                /* setup succeeded: teardown has something to release */
+  bool ready;                /* async: the threshold was changed, teardown puts it back */
 };
 
 /* Looks a strategy up by name; -1 if there is none. */
