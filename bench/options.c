@@ -26,11 +26,11 @@ void options_usage(FILE *f) {
           "  --only LIST      workloads to run (default all):\n",
           BENCH_QUICK_REPS);
   for (int i = 0; i < WL_COUNT; ++i)
-    fprintf(f, "                     %-9s %s\n", WORKLOADS[i].name, WORKLOADS[i].what);
+    fprintf(f, "      %-9s %s\n", WORKLOADS[i].name, WORKLOADS[i].what);
   fprintf(f, "  --strategies LIST  strategies to run (default all; `none`, the baseline, always "
              "runs):\n");
   for (int i = 1; i < ST_COUNT; ++i)
-    fprintf(f, "                     %-14s %s\n", STRATEGIES[i].name, STRATEGIES[i].what);
+    fprintf(f, "      %-14s %s\n", STRATEGIES[i].name, STRATEGIES[i].what);
   fprintf(f,
           "  --tuned TEXT     spool-tuned's config text (default \"%s\")\n"
           "  --threads LIST   thread counts of the threads workload (default 1,2,4,8,16; 1..%d)\n"
