@@ -93,10 +93,7 @@ static uint64_t my_thread(void) {
 
 static cudaStream_t key_of(cudaStream_t s) { return s == cudaStreamLegacy ? NULL : s; }
 
-static slot *slot_of(uint64_t pool, cudaStream_t key) {
-  uint64_t h = ((uint64_t)(uintptr_t)key ^ pool) * UINT64_C(0x9E3779B97F4A7C15);
-  return &slots[h >> 61 & (SLOTS - 1)];
-}
+static _Thread_local unsigned slot_next; /* the slot the next new stream takes */
 
 static uint64_t thread_of(cudaStream_t key) {
   return key == cudaStreamPerThread ? my_thread() : 0;
@@ -109,13 +106,14 @@ static spool__scache *find_locked(spool_pool *p, cudaStream_t key, uint64_t thre
   return NULL;
 }
 
-/* The first use of a stream by this thread: find or make its cache under the pool's lock. */
-static SPOOL__NOINLINE spool_status cache_of_slow(spool_pool *p, cudaStream_t key, slot *sl,
+/* The first use of a stream by this thread (or its first since SLOTS other streams took the
+ * slots): find or make its cache under the pool's lock, and give it a slot, round robin. */
+static SPOOL__NOINLINE spool_status cache_of_slow(spool_pool *p, cudaStream_t key,
                                                   spool__scache **out, const char *ctx) {
   uint64_t thread = thread_of(key);
   pthread_mutex_lock(&p->lock);
   spool__scache *c = find_locked(p, key, thread);
-  if (!c && (c = calloc(1, sizeof *c)) != NULL) {
+  if (!c && (c = spool__zalloc_aligned(sizeof *c)) != NULL) {
     c->stream = key;
     c->thread = thread;
     c->next = p->caches;
@@ -125,20 +123,24 @@ static SPOOL__NOINLINE spool_status cache_of_slow(spool_pool *p, cudaStream_t ke
   if (!c)
     return spool__fail(SPOOL_ERR_HOST_OOM, "%s: no host memory for the cache of stream %p",
                        ctx, (void *)key);
-  *sl = (slot){p->id, key, c};
+  slots[slot_next++ % SLOTS] = (slot){p->id, key, c};
   *out = c;
   return SPOOL_OK;
 }
 
+/* A thread cycling over a few streams (4 in a round robin, say) finds each in the slots: a
+ * scan of all of them costs less than one collision that sends it to the pool's lock. */
 static inline spool_status cache_of(spool_pool *p, cudaStream_t stream, spool__scache **out,
                                     const char *ctx) {
   cudaStream_t key = key_of(stream);
-  slot *sl = slot_of(p->id, key);
-  if (sl->pool == p->id && sl->stream == key) {
-    *out = sl->cache;
-    return SPOOL_OK;
+  uint64_t id = p->id;
+  for (unsigned i = 0; i < SLOTS; i++) {
+    if (slots[i].stream == key && slots[i].pool == id) {
+      *out = slots[i].cache;
+      return SPOOL_OK;
+    }
   }
-  return cache_of_slow(p, key, sl, out, ctx);
+  return cache_of_slow(p, key, out, ctx);
 }
 
 /* ---- totals -------------------------------------------------------------------------------- */
@@ -163,8 +165,9 @@ void spool__totals_add(spool_pool *p, int64_t bytes, int64_t buffers) {
 static void publish(spool_pool *p, spool__scache *c) {
   spool__totals_add(p, (int64_t)(c->c.bytes_in_use - c->pub_bytes),
                     (int64_t)(c->c.buffers_in_use - c->pub_buffers));
-  atomic_fetch_add_explicit(&p->total_cached, c->c.bytes_cached - c->pub_cached,
-                            memory_order_relaxed);
+  uint64_t delta = c->c.bytes_cached - c->pub_cached;
+  c->seen_cached =
+      atomic_fetch_add_explicit(&p->total_cached, delta, memory_order_relaxed) + delta;
   c->pub_bytes = c->c.bytes_in_use;
   c->pub_buffers = c->c.buffers_in_use;
   c->pub_cached = c->c.bytes_cached;
@@ -177,11 +180,11 @@ static void after_op(spool_pool *p, spool__scache *c) {
     publish(p, c);
 }
 
-/* Whether caching add more bytes in c would pass cache_limit, judged by the other caches'
- * published shares and c's exact one. */
+/* Whether caching add more bytes in c would pass cache_limit, judged by the pool-wide total as
+ * c saw it at its last publication and c's exact share: no read of a line other threads write,
+ * so the check costs nothing on the hit path; other caches' changes since count late. */
 static bool over_limit(const spool_pool *p, const spool__scache *c, uint64_t add) {
-  uint64_t others =
-      atomic_load_explicit(&p->total_cached, memory_order_relaxed) - c->pub_cached;
+  uint64_t others = c->seen_cached - c->pub_cached;
   return others + c->c.bytes_cached + add > p->cfg.cache_limit;
 }
 
@@ -234,10 +237,20 @@ static void make_live(spool_pool *p, spool__scache *c, spool__buffer *b, size_t 
   after_op(p, c);
 }
 
-/* Pops a cached block of class cls, or returns 0. Under c's lock. */
+/* Classes above a request a hit may take a block from: eight, so at most twice the size. A
+ * stream that sees many sizes (a log-uniform mix) then needs a block per octave rather than
+ * one per class, which keeps both the hit rate up and the memory held down. */
+#define FIT_CLASSES 8
+
+/* Pops the most recently cached block of class cls, or of the nearest class above it within
+ * FIT_CLASSES; 0 when there is none. Under c's lock. */
 static uintptr_t pop(spool__scache *c, unsigned cls) {
-  spool__bin *bin = &c->bins[cls];
-  return bin->count ? bin->ptrs[--bin->count] : 0;
+  unsigned last = cls + FIT_CLASSES < SPOOL__CLASSES ? cls + FIT_CLASSES : SPOOL__CLASSES - 1;
+  for (unsigned k = cls; k <= last; k++) {
+    spool__bin *bin = &c->bins[k];
+    if (bin->count) return bin->ptrs[--bin->count];
+  }
+  return 0;
 }
 
 /* A hit with poisoning: the memset runs without the lock, the block out of its bin meanwhile. */

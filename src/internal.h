@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdalign.h>
 #include <stdatomic.h>
 
 #if defined(__GNUC__)
@@ -181,6 +182,8 @@ typedef struct spool__counters {
 
 /* ---- cache.c: the per-stream caches in front of the pool ----------------------------------- */
 
+#define SPOOL__CACHE_LINE 64 /* x86-64 and most ARM servers; 128 where pairs are prefetched */
+
 /* Size classes: 512 B steps up to 4 KiB, then eight per doubling, up to 1 TiB
  * (SPOOL_CACHE_MAX_BLOCK_LIMIT, the largest cache_max_block). A block is never more than 1/8
  * larger than what it was allocated for (beyond the 512 B the pool rounds to anyway). */
@@ -201,7 +204,7 @@ typedef struct spool__cache_counters {
  * streams never wait for each other on a hit. Never freed before the pool: threads keep
  * pointers to it in their lookup slots. */
 typedef struct spool__scache {
-  atomic_int lock;
+  alignas(SPOOL__CACHE_LINE) atomic_int lock; /* a line of its own: caches sit side by side */
   cudaStream_t stream;     /* the handle it is for; the legacy stream is always NULL */
   uint64_t thread;         /* cudaStreamPerThread: the owning thread's number; else 0 */
   spool__table blocks;     /* every block the stream holds, live or cached */
@@ -209,6 +212,7 @@ typedef struct spool__scache {
   spool__cache_counters c;
   uint64_t seq_next, seq_end; /* allocation numbers taken from the pool in batches */
   uint64_t pub_bytes, pub_buffers, pub_cached; /* what the pool's totals hold of this cache */
+  uint64_t seen_cached;    /* the pool-wide cached total at the last publication */
   uint32_t ops;            /* operations since the last publication */
   uint64_t tick;           /* blocks cached so far */
   cudaEvent_t fence;       /* recorded on the stream for other streams that want its blocks */
@@ -233,11 +237,14 @@ struct spool_pool {
   spool_pool *registry_next; /* guarded by the registry's lock */
   uint64_t id;               /* unique in the process: the key of threads' lookup slots */
   spool__scache *caches;     /* every stream cache, under the lock; freed at destroy */
-  atomic_uint_fast64_t seq;  /* the last allocation number handed out */
+  /* Written by every thread from time to time: a cache line of its own, so that the fields
+   * above, read on every allocation, never bounce between cores. */
+  alignas(SPOOL__CACHE_LINE) atomic_uint_fast64_t seq; /* the last allocation number */
   /* Pool-wide totals, each stream cache's share as it last published it (see cache.c): what
    * the peaks and cache_limit are judged against without a lock on the hit path. */
   atomic_uint_fast64_t total_bytes, total_buffers, total_cached;
   atomic_uint_fast64_t peak_bytes, peak_buffers;
+  char pad_end[SPOOL__CACHE_LINE]; /* nor with whatever malloc puts after the pool */
 };
 
 /* ---- device.c: device selection and memory ------------------------------------------------ */
@@ -353,6 +360,13 @@ spool_status spool__poison_new(spool_pool *pool, void *ptr, size_t size, cudaStr
 spool_status spool__poison_freed(spool_pool *pool, void *ptr, size_t size, cudaStream_t stream);
 /* Remembers a buffer given back to the driver, for double-free messages (takes the lock). */
 void spool__bury(spool_pool *pool, const spool__buffer *b, const spool__site *site);
+
+/* ---- memory -------------------------------------------------------------------------------- */
+
+/* Zeroed host memory aligned to SPOOL__CACHE_LINE, for structures with lines of their own
+ * (calloc promises only 16 bytes). size must be a multiple of SPOOL__CACHE_LINE, as sizeof of
+ * such a structure is. Freed with free(). NULL without memory. */
+void *spool__zalloc_aligned(size_t size);
 
 /* ---- time --------------------------------------------------------------------------------- */
 

@@ -242,7 +242,7 @@ static spool_status resolve_config(const spool_config *cfg, spool_config *out, c
 }
 
 static spool_pool *pool_new(const spool_config *cfg, cudaMemPool_t handle, bool owned) {
-  spool_pool *p = calloc(1, sizeof *p);
+  spool_pool *p = spool__zalloc_aligned(sizeof *p);
   if (!p) return NULL;
   if (pthread_mutex_init(&p->lock, NULL) != 0) {
     free(p);

@@ -196,6 +196,12 @@ void spool__registry_trim_device(const spool_pool *self) {
   pthread_mutex_unlock(&registry_lock);
 }
 
+void *spool__zalloc_aligned(size_t size) {
+  void *p = aligned_alloc(SPOOL__CACHE_LINE, size);
+  if (p) memset(p, 0, size);
+  return p;
+}
+
 uint64_t spool__now_ns(void) {
   struct timespec ts;
   if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return 0;

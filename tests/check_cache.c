@@ -75,6 +75,14 @@ START_TEST(cache_size_classes) {
   ck_assert_ptr_eq(d, e);
   CK_SPOOL(spool_free(p, c, s));
   CK_SPOOL(spool_free(p, e, s));
+  /* An empty class borrows from the nearest cached class up to twice its size, never more. */
+  void *f = alloc_on(p, 300, s); /* class 512 B: takes the 1 KiB block */
+  ck_assert_ptr_eq(f, a);
+  void *g = alloc_on(p, 600 * KiB, s); /* nothing within 1.2 MiB: the 5.5 MiB block stays */
+  ck_assert_ptr_ne(g, d);
+  check_cache_stats(p, 3, 4, 3 * KiB / 2 + 5 * MiB + MiB / 2); /* c and d cached */
+  CK_SPOOL(spool_free(p, f, s));
+  CK_SPOOL(spool_free(p, g, s));
   test_pool_destroy(p); /* before the stream: its cache frees on it */
   test_stream_destroy(s);
 }
@@ -535,8 +543,8 @@ START_TEST(cache_peaks_exact_on_one_stream) {
   CK_SPOOL(spool_free(p, one, s));
   char json[2048];
   CK_SPOOL(spool_stats_json(p, json, sizeof json));
-  /* 10 bytes is a new class (512 B): a miss */
-  ck_assert_msg(strstr(json, "\"cache_hits\":200") && strstr(json, "\"cache_misses\":101"),
+  /* 10 bytes (class 512 B) takes a cached 1 KiB block: within twice the size, a hit */
+  ck_assert_msg(strstr(json, "\"cache_hits\":201") && strstr(json, "\"cache_misses\":100"),
                 "%s", json);
   test_pool_destroy(p); /* before the stream: its cache frees on it */
   test_stream_destroy(s);
