@@ -44,7 +44,7 @@ static const char FREE[] = "spool_free";
 
 /* ---- size classes ------------------------------------------------------------------------- */
 
-static unsigned class_of(uint64_t n) {
+static inline unsigned class_of(uint64_t n) {
   if (n <= 4096) return n == 0 ? 0 : (unsigned)((n - 1) >> 9);
   unsigned e = 63u - (unsigned)__builtin_clzll(n - 1); /* 2^e < n <= 2^(e+1) */
   return 8u + (e - 12u) * 8u + (unsigned)((n - 1 - ((uint64_t)1 << e)) >> (e - 3));
@@ -64,15 +64,21 @@ bool spool__cacheable(const spool_pool *pool, size_t size) {
 
 /* A spin lock: held for a few dozen instructions on the hit path, by one thread per stream in
  * the common case. Spinning gives way to the scheduler so that a preempted holder can finish. */
-static void lock(spool__scache *c) {
+static SPOOL__NOINLINE void lock_slow(spool__scache *c) {
   unsigned spins = 0;
-  while (atomic_exchange_explicit(&c->lock, 1, memory_order_acquire)) {
+  do {
     while (atomic_load_explicit(&c->lock, memory_order_relaxed))
       if (++spins >= 64) sched_yield();
-  }
+  } while (atomic_exchange_explicit(&c->lock, 1, memory_order_acquire));
 }
 
-static void unlock(spool__scache *c) { atomic_store_explicit(&c->lock, 0, memory_order_release); }
+static inline void lock(spool__scache *c) {
+  if (atomic_exchange_explicit(&c->lock, 1, memory_order_acquire)) lock_slow(c);
+}
+
+static inline void unlock(spool__scache *c) {
+  atomic_store_explicit(&c->lock, 0, memory_order_release);
+}
 
 /* ---- finding a stream's cache ------------------------------------------------------------- */
 
@@ -162,7 +168,7 @@ void spool__totals_add(spool_pool *p, int64_t bytes, int64_t buffers) {
 }
 
 /* Under c's lock. Differences of unsigned counters wrap to the signed change. */
-static void publish(spool_pool *p, spool__scache *c) {
+static SPOOL__NOINLINE void publish(spool_pool *p, spool__scache *c) {
   spool__totals_add(p, (int64_t)(c->c.bytes_in_use - c->pub_bytes),
                     (int64_t)(c->c.buffers_in_use - c->pub_buffers));
   uint64_t delta = c->c.bytes_cached - c->pub_cached;
@@ -174,7 +180,7 @@ static void publish(spool_pool *p, spool__scache *c) {
   c->ops = 0;
 }
 
-static void after_op(spool_pool *p, spool__scache *c) {
+static inline void after_op(spool_pool *p, spool__scache *c) {
   if (c->c.bytes_in_use > c->pub_bytes || c->c.buffers_in_use > c->pub_buffers ||
       ++c->ops >= PUBLISH_EVERY)
     publish(p, c);
@@ -183,12 +189,12 @@ static void after_op(spool_pool *p, spool__scache *c) {
 /* Whether caching add more bytes in c would pass cache_limit, judged by the pool-wide total as
  * c saw it at its last publication and c's exact share: no read of a line other threads write,
  * so the check costs nothing on the hit path; other caches' changes since count late. */
-static bool over_limit(const spool_pool *p, const spool__scache *c, uint64_t add) {
+static inline bool over_limit(const spool_pool *p, const spool__scache *c, uint64_t add) {
   uint64_t others = c->seen_cached - c->pub_cached;
   return others + c->c.bytes_cached + add > p->cfg.cache_limit;
 }
 
-static uint64_t next_seq(spool_pool *p, spool__scache *c) {
+static inline uint64_t next_seq(spool_pool *p, spool__scache *c) {
   if (c->seq_next == c->seq_end) {
     c->seq_next = atomic_fetch_add(&p->seq, SEQ_BATCH) + 1;
     c->seq_end = c->seq_next + SEQ_BATCH;
@@ -222,7 +228,7 @@ static void bin_remove(spool__bin *bin, uint32_t i) {
 /* ---- allocation ----------------------------------------------------------------------------- */
 
 /* Under c's lock: b becomes the caller's buffer. */
-static void make_live(spool_pool *p, spool__scache *c, spool__buffer *b, size_t size,
+static inline void make_live(spool_pool *p, spool__scache *c, spool__buffer *b, size_t size,
                       cudaStream_t stream, const spool__site *site) {
   b->state = SPOOL__LIVE;
   b->size = size;
@@ -244,7 +250,7 @@ static void make_live(spool_pool *p, spool__scache *c, spool__buffer *b, size_t 
 
 /* Pops the most recently cached block of class cls, or of the nearest class above it within
  * FIT_CLASSES; 0 when there is none. Under c's lock. */
-static uintptr_t pop(spool__scache *c, unsigned cls) {
+static inline uintptr_t pop(spool__scache *c, unsigned cls) {
   unsigned last = cls + FIT_CLASSES < SPOOL__CLASSES ? cls + FIT_CLASSES : SPOOL__CLASSES - 1;
   for (unsigned k = cls; k <= last; k++) {
     spool__bin *bin = &c->bins[k];
@@ -406,7 +412,7 @@ bool spool__cache_alloc(spool_pool *p, void **ptr, size_t size, cudaStream_t str
 
 /* ---- free --------------------------------------------------------------------------------- */
 
-static void count_free(spool_pool *p, spool__scache *c, uint64_t size) {
+static inline void count_free(spool_pool *p, spool__scache *c, uint64_t size) {
   c->c.frees++;
   c->c.bytes_in_use -= size;
   c->c.buffers_in_use--;
@@ -415,7 +421,7 @@ static void count_free(spool_pool *p, spool__scache *c, uint64_t size) {
 
 /* Under c's lock: the live block b, freed on stream (c's), goes into c's bin. False when the
  * bin cannot grow. */
-static bool to_bin(spool_pool *p, spool__scache *c, spool__buffer *b, cudaStream_t stream,
+static inline bool to_bin(spool_pool *p, spool__scache *c, spool__buffer *b, cudaStream_t stream,
                    const spool__site *site) {
   if (!bin_push(&c->bins[b->cls], b->ptr)) return false;
   b->state = SPOOL__CACHED;
@@ -452,11 +458,11 @@ static spool_status release_slow(spool_pool *p, spool__scache *c, spool__buffer 
   return SPOOL_OK;
 }
 
-/* Frees the live block b of c's table. Under c's lock; drops it. With the pool's lock held
- * (pool_locked), the record of a block given to the pool is buried at once. */
-static spool_status free_live(spool_pool *p, spool__scache *c, spool__buffer *b,
-                              cudaStream_t stream, const spool__site *site, bool capturing,
-                              bool pool_locked) {
+/* free_live's rare cases: capture, poisoning, the limit, no host memory. */
+static SPOOL__NOINLINE spool_status free_live_slow(spool_pool *p, spool__scache *c,
+                                                  spool__buffer *b, cudaStream_t stream,
+                                                  const spool__site *site, bool capturing,
+                                                  bool pool_locked) {
   if (capturing) {
     /* CUDA refuses to free in a graph what the graph did not allocate, and the refusal breaks
      * the capture; a cache would hand the block out before the graph ever ran. */
@@ -467,10 +473,6 @@ static spool_status free_live(spool_pool *p, spool__scache *c, spool__buffer *b,
                        "allocated): free it after cudaStreamEndCapture; nothing was freed", FREE,
                        (void *)b->ptr, (void *)stream);
   }
-  if (!p->cfg.poison && !over_limit(p, c, b->bytes) && to_bin(p, c, b, stream, site)) {
-    unlock(c);
-    return SPOOL_OK;
-  }
   spool__buffer gone;
   bool buried = false;
   spool_status s = release_slow(p, c, b, stream, site, &gone, &buried);
@@ -478,6 +480,19 @@ static spool_status free_live(spool_pool *p, spool__scache *c, spool__buffer *b,
   if (buried && pool_locked) spool__grave_bury(&p->graves, &gone);
   else if (buried) spool__bury(p, &gone, site);
   return s;
+}
+
+/* Frees the live block b of c's table. Under c's lock; drops it. With the pool's lock held
+ * (pool_locked), the record of a block given to the pool is buried at once. */
+static inline spool_status free_live(spool_pool *p, spool__scache *c, spool__buffer *b,
+                                     cudaStream_t stream, const spool__site *site,
+                                     bool capturing, bool pool_locked) {
+  if (!capturing && !p->cfg.poison && !over_limit(p, c, b->bytes) &&
+      to_bin(p, c, b, stream, site)) {
+    unlock(c);
+    return SPOOL_OK;
+  }
+  return free_live_slow(p, c, b, stream, site, capturing, pool_locked);
 }
 
 /* Capture state of the freeing stream. Asked only with track=full: a correct program never
