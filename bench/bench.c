@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "floor.h"
 #include "measure.h"
 
 #ifndef SPOOL_BENCH_COMMIT
@@ -89,6 +90,11 @@ static bool describe(run_info *info, const options *o) {
   info->reps = o->reps;
   info->quick = o->quick;
   info->tuned = o->tuned;
+  cudaStream_t s = NULL;
+  CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  info->floor_locks = floor_locks_ns();
+  info->floor_capture = floor_capture_check_ns(s);
+  CUDA_TRY(cudaStreamDestroy(s));
   return true;
 }
 
@@ -184,7 +190,7 @@ int main(int argc, char **argv) {
 
   static char cmd[2048], csv_path[4096];
   command_line(argc, argv, cmd, sizeof cmd);
-  run_info info = {cmd, "", "", "", "", 0, false, NULL};
+  run_info info = {cmd, "", "", "", "", 0, false, NULL, 0, -1};
   const char *csv = o.csv;
   if (o.plots != NULL && !make_dirs(o.plots)) return 1;
   if (o.plots != NULL && csv == NULL) {

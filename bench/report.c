@@ -127,6 +127,11 @@ void report_header(FILE *out, const run_info *info) {
           "warm-up%s;\n        every strategy replays the same pre-generated sequences (seed "
           "0x%llx)\n", info->reps, info->quick ? " (--quick: a smoke run)" : "",
           (unsigned long long)BENCH_SEED);
+  fprintf(out, "floors on this host: two uncontended lock round trips (what a cache hit pays "
+          "per pair) %.1f ns;\n        one cuStreamIsCapturing (the capture check) ",
+          info->floor_locks);
+  if (info->floor_capture >= 0) fprintf(out, "%.1f ns\n", info->floor_capture);
+  else fprintf(out, "not measured\n");
   fprintf(out, "strategies (spool-tuned: \"%s\"):\n", info->tuned);
   for (int i = 0; i < ST_COUNT; ++i)
     fprintf(out, "  %-13s %s\n", STRATEGIES[i].name, STRATEGIES[i].what);

@@ -36,6 +36,8 @@ typedef struct run_info {
   int reps;
   bool quick;
   const char *tuned;     /* spool-tuned's config text */
+  double floor_locks;    /* ns: two lock round trips (bench/floor.h) */
+  double floor_capture;  /* ns: one cuStreamIsCapturing; < 0: not measured */
 } run_info;
 
 typedef struct report {
