@@ -103,8 +103,10 @@ static spool_status alloc_impl(spool_pool *pool, void **ptr, size_t size, cudaSt
   if (!ptr) return spool__fail(SPOOL_ERR_INVALID, "%s: ptr is NULL", ALLOC);
   if (size == 0) return SPOOL_OK;
 
+  spool_status s = spool__stream_device_check(pool, stream, ALLOC); /* issue 6 */
+  if (s == SPOOL_OK) s = spool__ipc_alloc_check(pool, stream);       /* issue 6 */
   void *p = NULL;
-  spool_status s = cuda_alloc(pool, &p, size, stream);
+  if (s == SPOOL_OK) s = cuda_alloc(pool, &p, size, stream);
   if (s == SPOOL_OK && pool->cfg.poison) {
     s = poison(p, POISON_NEW, size, stream, ALLOC);
     if (s != SPOOL_OK) undo_alloc(p, stream, s);
@@ -279,6 +281,8 @@ spool_status spool_free_at(spool_pool *pool, void *ptr, cudaStream_t stream, con
 
 spool_status spool_trim(spool_pool *pool, size_t keep_bytes) {
   if (!pool) return spool__fail(SPOOL_ERR_INVALID, "spool_trim: pool is NULL");
+  spool_status s = spool__ipc_trim_check(pool); /* issue 6: IPC pools never shrink */
+  if (s != SPOOL_OK) return s;
   cudaError_t err = cudaMemPoolTrimTo(pool->handle, keep_bytes);
   if (err != cudaSuccess) {
     char keep[SPOOL__SIZE_TEXT];

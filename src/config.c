@@ -270,6 +270,7 @@ static void spool__string_format(const spool__key *key, const spool_config *cfg,
 /* A choice is stored as its index in key->choices, in an enum field. */
 _Static_assert(sizeof(spool_pool_source) == sizeof(int), "choice fields are int-sized enums");
 _Static_assert(sizeof(spool_track) == sizeof(int), "choice fields are int-sized enums");
+_Static_assert(sizeof(spool_ipc) == sizeof(int), "choice fields are int-sized enums");
 
 static int spool__choice_parse(const spool__key *key, spool__span v, spool_config *cfg, char *why,
                                size_t why_len) {
@@ -376,6 +377,7 @@ static const spool__type spool__type_path = {
 
 static const char *const spool__pool_choices[] = {"own", "default", NULL}; /* by enum value */
 static const char *const spool__track_choices[] = {"off", "counts", "full", NULL};
+static const char *const spool__ipc_choices[] = {"none", "posix_fd", NULL}; /* issue 6 */
 
 /* offset and size of a field: two initializers of a row */
 #define SPOOL__AT(field) offsetof(spool_config, field), sizeof(((spool_config *)0)->field)
@@ -405,6 +407,8 @@ static const spool__key spool__keys[] = {
      "retries of an allocation that ran out of memory, after the pool gave back what it could"},
     {"poison", &spool__type_bool, SPOOL__AT(poison), NULL,
      "fill new buffers with 0xA5 and freed ones with 0xDD"},
+    {"ipc", &spool__type_choice, SPOOL__AT(ipc), spool__ipc_choices, /* issue 6 */
+     "none, or posix_fd: the pool can be shared with other processes"},
 };
 #undef SPOOL__AT
 #define SPOOL__NKEYS (sizeof spool__keys / sizeof spool__keys[0])
@@ -614,6 +618,7 @@ void spool_config_init(spool_config *cfg) {
   cfg->report[0] = '\0';          /* SPOOL_REPORT, else stderr */
   cfg->oom_retries = 2;
   cfg->poison = false;
+  cfg->ipc = SPOOL_IPC_NONE; /* issue 6 */
 }
 
 spool_status spool_config_parse(spool_config *cfg, const char *text) {
@@ -809,6 +814,7 @@ spool_status spool_config_validate(const spool_config *cfg) {
     return spool__fail(SPOOL_ERR_CONFIG, "config: oom_retries is %u (expected 0 to %d)",
                        cfg->oom_retries, SPOOL__OOM_RETRIES_MAX);
   if ((st = spool__validate_report(cfg)) != SPOOL_OK) return st;
+  if ((st = spool__ipc_validate(cfg)) != SPOOL_OK) return st; /* issue 6 */
   /* max_size has no lower bound here: CUDA rounds it to its granularity, and any floor spool
    * picked would be a guess. Whether CUDA can honour it is spool_pool_create's question. */
   return SPOOL_OK;

@@ -168,6 +168,11 @@ struct spool_pool {
   spool_oom_fn oom_fn;
   void *oom_user;
   spool_pool *registry_next; /* guarded by the registry's lock */
+  /* issue 6 (ipc.c) */
+  bool imported;         /* made by spool_pool_import: CUDA allows no allocations from it; set
+                            before the pool is handed out, read without the lock */
+  uint64_t ipc_exports;  /* successful spool_pool_export calls; guarded by lock */
+  uint64_t ipc_pointers; /* pointers exported (exporter) or imported (importer); guarded by lock */
 };
 
 /* ---- device.c: device selection and memory ------------------------------------------------ */
@@ -208,6 +213,35 @@ spool_status spool__leak_report(spool_pool *pool, FILE *out, const char *context
  * buffer after a device synchronize. Returns SPOOL_OK when there were none, SPOOL_ERR_LEAKS, or
  * SPOOL_ERR_CUDA. */
 spool_status spool__free_leaks(spool_pool *pool);
+
+/* ---- issue 6: several devices and processes (devices.c, peer.c, ipc.c) ---------------------- */
+
+/* devices.c. The device of stream (for 0, cudaStreamLegacy and cudaStreamPerThread: the calling
+ * thread's current device) must be the pool's: SPOOL_ERR_INVALID naming both otherwise. Where
+ * the runtime cannot tell (built with CUDA < 12.8, which lacks cudaStreamGetDevice, or the query
+ * fails, e.g. for a destroyed stream) the check passes and the allocation judges the stream. */
+spool_status spool__stream_device_check(const spool_pool *pool, cudaStream_t stream,
+                                        const char *context);
+
+/* devices.c: the report's lines on access (peer.c) and IPC (ipc.c); they never fail the report
+ * and leave this thread's last error as it was. */
+void spool__report_multi(spool_pool *pool, FILE *out);
+void spool__report_access(spool_pool *pool, FILE *out);
+void spool__report_ipc(spool_pool *pool, FILE *out);
+
+/* ipc.c. The config's ipc rules (spool_config_validate); the device and platform support for
+ * cfg->ipc, checked before a pool is created (owned: spool creates the cudaMemPool); the handle
+ * types of a new pool; the refusals of spool_alloc (imported pool, shareable pool on a capturing
+ * stream) and spool_trim (IPC pools never shrink). */
+spool_status spool__ipc_validate(const spool_config *cfg);
+spool_status spool__ipc_check_create(const spool_config *cfg, bool owned, const char *context);
+enum cudaMemAllocationHandleType spool__ipc_handle_types(const spool_config *cfg);
+spool_status spool__ipc_alloc_check(const spool_pool *pool, cudaStream_t stream);
+spool_status spool__ipc_trim_check(const spool_pool *pool);
+
+/* pool.c, for spool_pool_import: a pool object over handle, and its release (no CUDA calls). */
+spool_pool *spool__pool_new(const spool_config *cfg, cudaMemPool_t handle, bool owned);
+void spool__pool_free(spool_pool *pool);
 
 /* ---- time --------------------------------------------------------------------------------- */
 
