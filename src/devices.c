@@ -87,8 +87,9 @@ spool_status spool_pools_create_all(spool_pool **pools, int capacity, int *count
   if (s == SPOOL_OK) s = device_count(&n, CREATE_ALL);
   if (s != SPOOL_OK) return s;
   if (n > capacity)
-    return spool__fail(SPOOL_ERR_INVALID, "%s: pools has %d slot%s, but there are %d devices",
-                       CREATE_ALL, capacity, capacity == 1 ? "" : "s", n);
+    return spool__fail(SPOOL_ERR_INVALID, "%s: pools has %d slot%s, but there %s %d device%s",
+                       CREATE_ALL, capacity, capacity == 1 ? "" : "s", n == 1 ? "is" : "are", n,
+                       n == 1 ? "" : "s");
   for (int d = 0; d < n; d++) {
     c.device = d;
     s = spool_pool_create(&pools[d], &c);

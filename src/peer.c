@@ -88,8 +88,7 @@ static spool_status apply(spool_pool *pool, int device, spool_access mode) {
   d.flags = flags_of(mode);
   cudaError_t err = cudaMemPoolSetAccess(pool->handle, &d, 1);
   if (err == cudaSuccess) return SPOOL_OK;
-  if (mode == SPOOL_ACCESS_READ &&
-      (err == cudaErrorInvalidValue || err == cudaErrorNotSupported)) {
+  if (mode == SPOOL_ACCESS_READ) { /* the devices are peers (checked): read-only is the issue */
     spool__clear_cuda_error();
     return spool__fail(SPOOL_ERR_UNSUPPORTED,
                        "%s: CUDA refused read-only access of device %d to the pool on device %d "
