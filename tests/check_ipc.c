@@ -431,10 +431,59 @@ START_TEST(sim_import_of_destroyed_pool) {
 END_TEST
 #endif
 
-/* ---- two real processes (GPU) -------------------------------------------------------------- */
+/* ---- two real processes ---------------------------------------------------------------------- */
 
-#ifndef SPOOL_TEST_SIM
+/* Starts ipc_child import, sends it the pool's descriptor (SCM_RIGHTS) and *job, and waits for
+ * its answer and its exit. Returns the exit status; *r holds the answer. */
+static int run_import_child(spool_pool *p, const ipc_job *job, ipc_reply *r) {
+  int fd = -1, sv[2];
+  CK_SPOOL(spool_pool_export(p, &fd));
+  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
+  ck_assert_int_eq(fcntl(sv[0], F_SETFD, FD_CLOEXEC), 0); /* the child gets sv[1] only */
+  char arg[16];
+  snprintf(arg, sizeof arg, "%d", sv[1]);
+  char *argv[] = {(char *)SPOOL_TEST_CHILD, (char *)"import", arg, NULL};
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = ipc_child_start(argv);
+  close(sv[1]);
+  ck_assert_int_gt(pid, 0);
+  ck_assert_int_eq(ipc_send(sv[0], fd, job, sizeof *job), 0);
+  close(fd); /* the child has its own descriptor now */
+  int none = -1;
+  int got = ipc_recv(sv[0], &none, r, sizeof *r, IPC_TIMEOUT_MS);
+  int err = errno;
+  if (got != 0) kill(pid, SIGKILL); /* no answer in time: do not wait for ever */
+  int rc = ipc_child_wait(pid, IPC_TIMEOUT_MS);
+  close(sv[0]);
+  ck_assert_msg(got == 0, "no answer from the child (%s); it exited %d", strerror(err), rc);
+  return rc;
+}
 
+#ifdef SPOOL_TEST_SIM
+/* The descriptor does cross to the other process (SCM_RIGHTS): the child's import gets past
+ * "not open in this process" and fails only in cudasim, whose pools stay in this process. */
+START_TEST(sim_descriptor_reaches_child) {
+  spool_pool *p = shareable_pool(NULL, __func__);
+  cudaStream_t s = test_stream_on(0);
+  void *buf = test_alloc(p, 4096, s);
+  ipc_job job;
+  memset(&job, 0, sizeof job);
+  CK_SPOOL(spool_export_pointer(p, buf, &job.buffer));
+  job.count = 1024;
+  ipc_reply r;
+  int rc = run_import_child(p, &job, &r);
+  ck_assert_int_eq(rc, 1);
+  ck_assert_int_eq(r.step, 2); /* spool_pool_import */
+  ck_assert_msg(strstr(r.words, "cudaMemPoolImportFromShareableHandle") != NULL &&
+                    strstr(r.words, "not open") == NULL,
+                "the child's import failed otherwise: %s", r.words);
+  CK_SPOOL(spool_free(p, buf, s));
+  test_stream_destroy(s);
+  test_pool_destroy(p);
+}
+END_TEST
+#else
 #define SHARED_VALUES ((size_t)1 << 20)
 
 /* Shares a buffer with a child process that imports it, checks it, adds `add` by a kernel on
@@ -445,34 +494,15 @@ static void share_with_child(spool_pool *p, int device) {
   uint32_t *buf = test_alloc(p, SHARED_VALUES * sizeof *buf, s);
   CK_CUDA(test_kernel_fill(buf, SHARED_VALUES, seed, s));
   CK_CUDA(cudaStreamSynchronize(s)); /* the allocation and the data are complete */
-  int fd = -1, sv[2];
   ipc_job job;
   memset(&job, 0, sizeof job);
-  CK_SPOOL(spool_pool_export(p, &fd));
   CK_SPOOL(spool_export_pointer(p, buf, &job.buffer));
   job.count = SHARED_VALUES;
   job.seed = seed;
   job.add = add;
   job.device = device;
-  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
-  ck_assert_int_eq(fcntl(sv[0], F_SETFD, FD_CLOEXEC), 0); /* the child gets sv[1] only */
-  char arg[16];
-  snprintf(arg, sizeof arg, "%d", sv[1]);
-  char *argv[] = {(char *)SPOOL_TEST_CHILD, (char *)"import", arg, NULL};
-  fflush(stdout);
-  pid_t pid = ipc_child_start(argv);
-  close(sv[1]);
-  ck_assert_int_gt(pid, 0);
-  ck_assert_int_eq(ipc_send(sv[0], fd, &job, sizeof job), 0);
-  close(fd); /* the child has its own descriptor now */
   ipc_reply r;
-  int none = -1;
-  int got = ipc_recv(sv[0], &none, &r, sizeof r, IPC_TIMEOUT_MS);
-  int err = errno;
-  if (got != 0) kill(pid, SIGKILL); /* no answer in time: do not wait for ever */
-  int rc = ipc_child_wait(pid, IPC_TIMEOUT_MS);
-  close(sv[0]);
-  ck_assert_msg(got == 0, "no answer from the child (%s); it exited %d", strerror(err), rc);
+  int rc = run_import_child(p, &job, &r);
   ck_assert_msg(r.status == 0, "the child failed at step %d: %s", r.step, r.words);
   ck_assert_int_eq(rc, 0);
   /* The child has freed its mapping and synchronized: the exporter reads and frees last. */
@@ -531,6 +561,9 @@ int main(void) {
 #endif
 
   tc = test_tcase("processes");
+#ifdef SPOOL_TEST_SIM
+  tcase_add_test(tc, sim_descriptor_reaches_child);
+#endif
   tcase_add_test(tc, two_processes_share_a_buffer);
   suite_add_tcase(s, tc);
   return test_main(s);
