@@ -55,6 +55,7 @@ spool_status spool__ipc_validate(const spool_config *cfg) {
   return SPOOL_OK;
 }
 
+#if SPOOL__POSIX_FD
 static spool_status check_handle_types(int device, const char *ctx) {
   int driver = 0, types = 0;
   cudaError_t err = cudaDriverGetVersion(&driver);
@@ -73,6 +74,7 @@ static spool_status check_handle_types(int device, const char *ctx) {
                        "use ipc=none", ctx, device, (unsigned)types);
   return SPOOL_OK;
 }
+#endif
 
 spool_status spool__ipc_check_create(const spool_config *cfg, bool owned, const char *context) {
   if (cfg->ipc == SPOOL_IPC_NONE) return SPOOL_OK;
@@ -145,14 +147,21 @@ static spool_status check_exporter(const spool_pool *pool, const char *ctx) {
 
 #if SPOOL__POSIX_FD
 
+/* errno in words, without strerror's shared buffer (POSIX strerror_r). */
+static const char *errno_text(int err, char *buf, size_t len) {
+  if (strerror_r(err, buf, len) != 0) snprintf(buf, len, "error %d", err);
+  return buf;
+}
+
 /* The descriptor goes to the process it is sent to, not to every child this one starts. */
 static spool_status close_on_exec(int fd, const char *ctx) {
   int flags = fcntl(fd, F_GETFD);
   if (flags != -1 && fcntl(fd, F_SETFD, flags | FD_CLOEXEC) != -1) return SPOOL_OK;
   int err = errno;
+  char why[128];
   close(fd);
   return spool__fail(SPOOL_ERR_IO, "%s: cannot make the pool's descriptor %d close-on-exec "
-                     "(%s); it was closed", ctx, fd, strerror(err));
+                     "(%s); it was closed", ctx, fd, errno_text(err, why, sizeof why));
 }
 
 spool_status spool_pool_export(spool_pool *pool, int *fd) {
@@ -220,10 +229,13 @@ spool_status spool_pool_import(int fd, spool_pool **pool) {
   if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", IMPORT);
   *pool = NULL;
   if (fd < 0) return spool__fail(SPOOL_ERR_INVALID, "%s: fd is %d", IMPORT, fd);
-  if (fcntl(fd, F_GETFD) == -1)
+  if (fcntl(fd, F_GETFD) == -1) {
+    char why[128];
     return spool__fail(SPOOL_ERR_INVALID, "%s: descriptor %d is not open in this process (%s); "
                        "a process can import a pool only through a descriptor it was given, "
-                       "e.g. over a Unix domain socket (SCM_RIGHTS)", IMPORT, fd, strerror(errno));
+                       "e.g. over a Unix domain socket (SCM_RIGHTS)", IMPORT, fd,
+                       errno_text(errno, why, sizeof why));
+  }
   cudaMemPool_t handle = NULL;
   int device = -1;
   spool_status s = import_handle(fd, &handle, &device);

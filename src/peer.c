@@ -142,16 +142,16 @@ void spool__report_access(spool_pool *pool, FILE *out) {
     spool__restore_error(kept);
     return;
   }
-  int others = 0;
+  int others = 0, listed = 0;
   for (int d = 0; d < count; d++) {
     spool_access m = SPOOL_ACCESS_NONE;
     if (d == pool->device) continue;
     others++;
     if (read_access(pool, d, &m, "spool_report") != SPOOL_OK)
-      fprintf(out, ", device %d unknown (%s)", d, spool_last_error());
+      listed++, fprintf(out, ", device %d unknown (%s)", d, spool_last_error());
     else if (m != SPOOL_ACCESS_NONE)
-      fprintf(out, ", device %d %s", d, mode_name(m));
+      listed++, fprintf(out, ", device %d %s", d, mode_name(m));
   }
-  fprintf(out, others ? "; others none\n" : "; no other device\n");
+  fprintf(out, "%s\n", others == 0 ? "; no other device" : listed < others ? "; others none" : "");
   spool__restore_error(kept);
 }
