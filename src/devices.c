@@ -54,7 +54,8 @@ static void undo_create(spool_pool **pools, int n, spool_status s) {
     pools[i] = NULL;
   }
   spool__restore_error(first);
-  if (later[0] != '\0') spool__append(s, "; destroying the pools made so far failed too: %s", later);
+  if (later[0] != '\0')
+    spool__append(s, "; destroying the pools made so far failed too: %s", later);
 }
 
 static spool_status resolve(const spool_config *cfg, spool_config *out) {

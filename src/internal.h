@@ -239,9 +239,9 @@ enum cudaMemAllocationHandleType spool__ipc_handle_types(const spool_config *cfg
 spool_status spool__ipc_alloc_check(const spool_pool *pool, cudaStream_t stream);
 spool_status spool__ipc_trim_check(const spool_pool *pool);
 
-/* pool.c, for spool_pool_import: a pool object over handle, and its release (no CUDA calls). */
+/* pool.c, for spool_pool_import: a pool object over handle (no CUDA calls); NULL without host
+ * memory. */
 spool_pool *spool__pool_new(const spool_config *cfg, cudaMemPool_t handle, bool owned);
-void spool__pool_free(spool_pool *pool);
 
 /* ---- time --------------------------------------------------------------------------------- */
 

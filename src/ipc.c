@@ -66,8 +66,8 @@ static spool_status check_handle_types(int device, const char *ctx) {
                        "one supports %d.%d", ctx, driver / 1000, (driver % 1000) / 10);
   err = cudaDeviceGetAttribute(&types, cudaDevAttrMemoryPoolSupportedHandleTypes, device);
   if (err != cudaSuccess)
-    return spool__fail_cuda(err, "cudaDeviceGetAttribute(cudaDevAttrMemoryPoolSupportedHandleTypes)",
-                            "%s: device %d", ctx, device);
+    return spool__fail_cuda(err, "cudaDeviceGetAttribute", "%s: device %d, "
+                            "cudaDevAttrMemoryPoolSupportedHandleTypes", ctx, device);
   if (!(types & (int)cudaMemHandleTypePosixFileDescriptor))
     return spool__fail(SPOOL_ERR_UNSUPPORTED, "%s: device %d cannot share pools through POSIX "
                        "file descriptors (cudaDevAttrMemoryPoolSupportedHandleTypes is 0x%x); "

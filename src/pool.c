@@ -393,5 +393,3 @@ const spool_config *spool_pool_config(const spool_pool *pool) { return pool ? &p
 spool_pool *spool__pool_new(const spool_config *cfg, cudaMemPool_t handle, bool owned) {
   return pool_new(cfg, handle, owned);
 }
-
-void spool__pool_free(spool_pool *pool) { pool_free(pool); }

@@ -28,7 +28,7 @@ static spool_pool *shareable_pool(const char *extra, const char *test) {
   spool_pool *var = shareable_pool((extra), __func__);                                        \
   if (!var) return
 
-/* ---- the config key --------------------------------------------------------------------------- */
+/* ---- the config key -------------------------------------------------------------------------- */
 
 START_TEST(config_ipc_key) {
   spool_config cfg = test_config();
@@ -62,7 +62,7 @@ START_TEST(config_ipc_key) {
 }
 END_TEST
 
-/* ---- shareable pools ---------------------------------------------------------------------------- */
+/* ---- shareable pools ------------------------------------------------------------------------- */
 
 START_TEST(shareable_pool_basics) {
   SHAREABLE_OR_SKIP(p, NULL);
@@ -248,7 +248,7 @@ START_TEST(gpu_no_allocation_under_capture) {
 END_TEST
 #endif
 
-/* ---- in one process (cudasim) ------------------------------------------------------------------ */
+/* ---- in one process (cudasim) ---------------------------------------------------------------- */
 
 #ifdef SPOOL_TEST_SIM
 /* Passes fd through a Unix domain socket to this same process: the number that comes back is a

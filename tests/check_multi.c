@@ -8,7 +8,7 @@
  * them on a two-GPU machine). */
 #include "test_multi.h"
 
-/* ---- one pool per device -------------------------------------------------------------------- */
+/* ---- one pool per device --------------------------------------------------------------------- */
 
 START_TEST(create_all_every_device) {
 #ifdef SPOOL_TEST_SIM
@@ -109,7 +109,7 @@ START_TEST(sim_destroy_all_keeps_first_failure) {
 END_TEST
 #endif
 
-/* ---- the stream's device -------------------------------------------------------------------- */
+/* ---- the stream's device --------------------------------------------------------------------- */
 
 START_TEST(alloc_on_stream_of_other_device) {
   NEED_DEVICES(2);
@@ -165,7 +165,7 @@ START_TEST(alloc_on_streams_of_its_device) {
 }
 END_TEST
 
-/* ---- from a pointer to its pool --------------------------------------------------------------- */
+/* ---- from a pointer to its pool -------------------------------------------------------------- */
 
 START_TEST(pool_of_pointer) {
   spool_pool *a = test_pool_on(0), *b = test_pool_on(0);
@@ -204,7 +204,7 @@ START_TEST(pool_of_pointer) {
 }
 END_TEST
 
-/* ---- peer access: arguments and bookkeeping ------------------------------------------------- */
+/* ---- peer access: arguments and bookkeeping -------------------------------------------------- */
 
 START_TEST(set_access_arguments) {
   spool_pool *p = test_pool_on(0);
@@ -344,7 +344,7 @@ START_TEST(report_shows_device_access_ipc) {
 }
 END_TEST
 
-/* ---- kernels across devices ----------------------------------------------------------------- */
+/* ---- kernels across devices ------------------------------------------------------------------ */
 
 #define VALUES ((size_t)1 << 20) /* 4 MiB of uint32_t */
 

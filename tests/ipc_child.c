@@ -142,7 +142,8 @@ static int run_noimport(int fd) {
 static int check_unchanged(const uint32_t *dev0, cudaStream_t s0) {
   static uint32_t host[FAULT_COUNT];
   cudaError_t err = cudaSetDevice(0);
-  if (err == cudaSuccess) err = cudaMemcpyAsync(host, dev0, sizeof host, cudaMemcpyDeviceToHost, s0);
+  if (err == cudaSuccess)
+    err = cudaMemcpyAsync(host, dev0, sizeof host, cudaMemcpyDeviceToHost, s0);
   if (err == cudaSuccess) err = cudaStreamSynchronize(s0);
   if (err != cudaSuccess) {
     fprintf(stderr, "ipc_child: device 0 cannot read its buffer after the fault: %s\n",

@@ -1906,10 +1906,9 @@ static cudaError_t export_pool(void *handle, cudaMemPool_t p, enum cudaMemAlloca
   return cudaSuccess;
 }
 
-cudaError_t CUDARTAPI cudaMemPoolExportToShareableHandle(void *shareableHandle,
-                                                         cudaMemPool_t memPool,
-                                                         enum cudaMemAllocationHandleType handleType,
-                                                         unsigned int flags) {
+cudaError_t CUDARTAPI cudaMemPoolExportToShareableHandle(
+    void *shareableHandle, cudaMemPool_t memPool, enum cudaMemAllocationHandleType handleType,
+    unsigned int flags) {
   SIM_CALL(export_pool(shareableHandle, memPool, handleType, flags));
 }
 
