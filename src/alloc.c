@@ -101,7 +101,7 @@ void spool__bury(spool_pool *pool, const spool__buffer *b, const spool__site *si
 }
 
 /* Enters the new buffer in the table (unless track=off) and the counters. */
-static spool_status record_alloc(spool_pool *p, void *ptr, size_t size, cudaStream_t stream,
+spool_status spool__record_alloc(spool_pool *p, void *ptr, size_t size, cudaStream_t stream,
                                  const spool__site *site) {
   spool_status s = SPOOL_OK;
   spool_track track = p->cfg.track;
@@ -126,20 +126,24 @@ static spool_status alloc_impl(spool_pool *pool, void **ptr, size_t size, cudaSt
   if (!ptr) return spool__fail(SPOOL_ERR_INVALID, "%s: ptr is NULL", ALLOC);
   if (size == 0) return SPOOL_OK;
 
+  /* issue 6: an imported pool, or a shareable one under capture (a flag test for others). The
+   * stream's device is checked by the cache once per stream, and below for the uncached path. */
+  spool_status s = spool__ipc_alloc_check(pool, stream);
   void *p = NULL;
-  spool_status s;
-  if (spool__cacheable(pool, size) && spool__cache_alloc(pool, &p, size, stream, site, &s)) {
+  if (s == SPOOL_OK && spool__cacheable(pool, size) &&
+      spool__cache_alloc(pool, &p, size, stream, site, &s)) {
     if (s != SPOOL_OK) count_failure(pool, s);
     else *ptr = p;
     return s;
   }
-  s = spool__pool_alloc(pool, &p, size, stream);
+  if (s == SPOOL_OK) s = spool__stream_device_check(pool, stream, ALLOC); /* issue 6 */
+  if (s == SPOOL_OK) s = spool__pool_alloc(pool, &p, size, stream);
   if (s == SPOOL_OK && pool->cfg.poison) {
     s = poison(p, POISON_NEW, size, stream, ALLOC);
     if (s != SPOOL_OK) undo_alloc(p, stream, s);
   }
   if (s == SPOOL_OK) {
-    s = record_alloc(pool, p, size, stream, site);
+    s = spool__record_alloc(pool, p, size, stream, site);
     /* Untracked memory could never be freed through spool: give it back now. */
     if (s != SPOOL_OK) undo_alloc(p, stream, s);
   }
@@ -352,8 +356,9 @@ spool_status spool_free_at(spool_pool *pool, void *ptr, cudaStream_t stream, con
 
 spool_status spool_trim(spool_pool *pool, size_t keep_bytes) {
   if (!pool) return spool__fail(SPOOL_ERR_INVALID, "spool_trim: pool is NULL");
+  spool_status s = spool__ipc_trim_check(pool); /* issue 6: IPC pools never shrink */
   /* Cached blocks are in use as far as the pool knows: they go back first. */
-  spool_status s = spool__cache_flush_all(pool, "spool_trim");
+  if (s == SPOOL_OK) s = spool__cache_flush_all(pool, "spool_trim");
   if (s != SPOOL_OK) return s;
   cudaError_t err = cudaMemPoolTrimTo(pool->handle, keep_bytes);
   if (err != cudaSuccess) {

@@ -383,10 +383,23 @@ static spool_status miss(spool_pool *p, spool__scache *c, void **ptr, size_t siz
   return SPOOL_OK;
 }
 
+/* The stream must be of the pool's device (issue 6): asked once per cache for a created stream,
+ * whose device never changes, and every time for the handles that mean "the current device's
+ * stream". */
+static inline spool_status device_ok(spool_pool *p, spool__scache *c, cudaStream_t stream) {
+  bool special = stream == NULL || stream == cudaStreamLegacy || stream == cudaStreamPerThread;
+  if (!special && atomic_load_explicit(&c->device_checked, memory_order_relaxed)) return SPOOL_OK;
+  spool_status s = spool__stream_device_check(p, stream, ALLOC);
+  if (s == SPOOL_OK && !special) atomic_store_explicit(&c->device_checked, true,
+                                                       memory_order_relaxed);
+  return s;
+}
+
 bool spool__cache_alloc(spool_pool *p, void **ptr, size_t size, cudaStream_t stream,
                         const spool__site *site, spool_status *s) {
   spool__scache *c;
   *s = cache_of(p, stream, &c, ALLOC);
+  if (*s == SPOOL_OK) *s = device_ok(p, c, stream);
   if (*s != SPOOL_OK) return true;
   if (p->cfg.capture_check) {
     bool capturing = false;

@@ -270,6 +270,7 @@ static void spool__string_format(const spool__key *key, const spool_config *cfg,
 /* A choice is stored as its index in key->choices, in an enum field. */
 _Static_assert(sizeof(spool_pool_source) == sizeof(int), "choice fields are int-sized enums");
 _Static_assert(sizeof(spool_track) == sizeof(int), "choice fields are int-sized enums");
+_Static_assert(sizeof(spool_ipc) == sizeof(int), "choice fields are int-sized enums");
 
 static int spool__choice_parse(const spool__key *key, spool__span v, spool_config *cfg, char *why,
                                size_t why_len) {
@@ -376,6 +377,7 @@ static const spool__type spool__type_path = {
 
 static const char *const spool__pool_choices[] = {"own", "default", NULL}; /* by enum value */
 static const char *const spool__track_choices[] = {"off", "counts", "full", NULL};
+static const char *const spool__ipc_choices[] = {"none", "posix_fd", NULL}; /* issue 6 */
 
 /* offset and size of a field: two initializers of a row */
 #define SPOOL__AT(field) offsetof(spool_config, field), sizeof(((spool_config *)0)->field)
@@ -413,6 +415,8 @@ static const spool__key spool__keys[] = {
      "largest allocation the caches serve; larger ones go to the pool"},
     {"capture_check", &spool__type_bool, SPOOL__AT(capture_check), NULL,
      "ask whether the stream is being captured before using its cache"},
+    {"ipc", &spool__type_choice, SPOOL__AT(ipc), spool__ipc_choices, /* issue 6 */
+     "none, or posix_fd: the pool can be shared with other processes"},
 };
 #undef SPOOL__AT
 #define SPOOL__NKEYS (sizeof spool__keys / sizeof spool__keys[0])
@@ -626,6 +630,7 @@ void spool_config_init(spool_config *cfg) {
   cfg->cache_limit = SPOOL_CACHE_LIMIT_DEFAULT;
   cfg->cache_max_block = SPOOL_CACHE_MAX_BLOCK_DEFAULT;
   cfg->capture_check = true;
+  cfg->ipc = SPOOL_IPC_NONE; /* issue 6 */
 }
 
 spool_status spool_config_parse(spool_config *cfg, const char *text) {
@@ -827,6 +832,7 @@ spool_status spool_config_validate(const spool_config *cfg) {
                        "TiB; larger blocks are better served by the pool itself)",
                        spool__format_size(cfg->cache_max_block, have));
   }
+  if ((st = spool__ipc_validate(cfg)) != SPOOL_OK) return st; /* issue 6 */
   /* max_size has no lower bound here: CUDA rounds it to its granularity, and any floor spool
    * picked would be a guess. Whether CUDA can honour it is spool_pool_create's question. */
   return SPOOL_OK;

@@ -220,6 +220,7 @@ typedef struct spool__scache {
   uint64_t safe_tick;      /* blocks cached at or before it are done on the stream */
   bool fence_pending;
   bool fence_wanted;       /* another stream asked: record a fence at the next free */
+  atomic_bool device_checked; /* the stream is of the pool's device (created streams) */
   struct spool__scache *next; /* the pool's list, under the pool's lock */
 } spool__scache;
 
@@ -245,6 +246,11 @@ struct spool_pool {
   atomic_uint_fast64_t total_bytes, total_buffers, total_cached;
   atomic_uint_fast64_t peak_bytes, peak_buffers;
   char pad_end[SPOOL__CACHE_LINE]; /* nor with whatever malloc puts after the pool */
+  /* issue 6 (ipc.c) */
+  bool imported;         /* made by spool_pool_import: CUDA allows no allocations from it; set
+                            before the pool is handed out, read without the lock */
+  uint64_t ipc_exports;  /* successful spool_pool_export calls; guarded by lock */
+  uint64_t ipc_pointers; /* pointers exported (exporter) or imported (importer); guarded by lock */
 };
 
 /* ---- device.c: device selection and memory ------------------------------------------------ */
@@ -358,6 +364,9 @@ spool_status spool__pool_alloc(spool_pool *pool, void **out, size_t size, cudaSt
 /* cudaMemsetAsync with the poison byte, when the pool poisons. */
 spool_status spool__poison_new(spool_pool *pool, void *ptr, size_t size, cudaStream_t stream);
 spool_status spool__poison_freed(spool_pool *pool, void *ptr, size_t size, cudaStream_t stream);
+/* Enters a buffer of the uncached path in the pool's table (unless track=off) and counters. */
+spool_status spool__record_alloc(spool_pool *pool, void *ptr, size_t size, cudaStream_t stream,
+                                 const spool__site *site);
 /* Remembers a buffer given back to the driver, for double-free messages (takes the lock). */
 void spool__bury(spool_pool *pool, const spool__buffer *b, const spool__site *site);
 
@@ -367,6 +376,34 @@ void spool__bury(spool_pool *pool, const spool__buffer *b, const spool__site *si
  * (calloc promises only 16 bytes). size must be a multiple of SPOOL__CACHE_LINE, as sizeof of
  * such a structure is. Freed with free(). NULL without memory. */
 void *spool__zalloc_aligned(size_t size);
+/* ---- issue 6: several devices and processes (devices.c, peer.c, ipc.c) ---------------------- */
+
+/* devices.c. The device of stream (for 0, cudaStreamLegacy and cudaStreamPerThread: the calling
+ * thread's current device) must be the pool's: SPOOL_ERR_INVALID naming both otherwise. Where
+ * the runtime cannot tell (built with CUDA < 12.8, which lacks cudaStreamGetDevice, or the query
+ * fails, e.g. for a destroyed stream) the check passes and the allocation judges the stream. */
+spool_status spool__stream_device_check(const spool_pool *pool, cudaStream_t stream,
+                                        const char *context);
+
+/* devices.c: the report's lines on access (peer.c) and IPC (ipc.c); they never fail the report
+ * and leave this thread's last error as it was. */
+void spool__report_multi(spool_pool *pool, FILE *out);
+void spool__report_access(spool_pool *pool, FILE *out);
+void spool__report_ipc(spool_pool *pool, FILE *out);
+
+/* ipc.c. The config's ipc rules (spool_config_validate); the device and platform support for
+ * cfg->ipc, checked before a pool is created (owned: spool creates the cudaMemPool); the handle
+ * types of a new pool; the refusals of spool_alloc (imported pool, shareable pool on a capturing
+ * stream) and spool_trim (IPC pools never shrink). */
+spool_status spool__ipc_validate(const spool_config *cfg);
+spool_status spool__ipc_check_create(const spool_config *cfg, bool owned, const char *context);
+enum cudaMemAllocationHandleType spool__ipc_handle_types(const spool_config *cfg);
+spool_status spool__ipc_alloc_check(const spool_pool *pool, cudaStream_t stream);
+spool_status spool__ipc_trim_check(const spool_pool *pool);
+
+/* pool.c, for spool_pool_import: a pool object over handle (no CUDA calls); NULL without host
+ * memory. */
+spool_pool *spool__pool_new(const spool_config *cfg, cudaMemPool_t handle, bool owned);
 
 /* ---- time --------------------------------------------------------------------------------- */
 

@@ -172,6 +172,7 @@ spool_status spool_report(spool_pool *pool, FILE *out) {
           (void *)pool->handle, pool->device, device_name(pool->device, &prop),
           pool->owned ? "own cudaMemPool" : "adopted cudaMemPool");
   report_config(pool, out);
+  spool__report_multi(pool, out); /* issue 6: access and IPC */
   report_stats(&st, out);
   report_device(pool, out);
   if (fflush(out) != 0 || ferror(out))

@@ -26,6 +26,7 @@ static int cfg_equal(const spool_config *a, const spool_config *b) {
          a->reuse_allow_internal_dependencies == b->reuse_allow_internal_dependencies &&
          a->peer_access_count == b->peer_access_count && a->pool == b->pool &&
          a->track == b->track && a->oom_retries == b->oom_retries && a->poison == b->poison &&
+         a->ipc == b->ipc &&
          strncmp(a->report, b->report, sizeof a->report) == 0 &&
          (a->peer_access_count <= 0 ||
           memcmp(a->peer_access, b->peer_access,
@@ -502,7 +503,7 @@ START_TEST(test_error_unknown_key) {
   /* nothing close: the message lists the keys */
   parse_fails("colour=blue", "config line 1: unknown key 'colour' (valid keys: device, ",
               "release_threshold", "oom_retries, poison, cache, cache_limit, cache_max_block, "
-              "capture_check)");
+              "capture_check, ipc)");
   parse_fails("dev=1", "unknown key 'dev' (valid keys:", NULL, NULL);
   /* keys are case-sensitive, and a long key is cut in the message */
   parse_fails("DEVICE=1", "did you mean 'device'?", NULL, NULL);
@@ -936,6 +937,7 @@ static void round_trip(const spool_config *cfg) {
   strcpy(back.report, "/left/over/from/before");
   back.oom_retries = cfg->oom_retries + 1;
   back.poison = !cfg->poison;
+  back.ipc = cfg->ipc == SPOOL_IPC_NONE ? SPOOL_IPC_POSIX_FD : SPOOL_IPC_NONE;
   ck_assert_msg(spool_config_parse(&back, buf) == SPOOL_OK, "%s", spool_last_error());
   ck_assert_msg(cfg_equal(&back, cfg), "round trip changed:\n%s", buf);
 }
@@ -957,7 +959,8 @@ START_TEST(test_format_defaults) {
                                "cache=on\n"
                                "cache_limit=1073741824\n"
                                "cache_max_block=67108864\n"
-                               "capture_check=on\n";
+                               "capture_check=on\n"
+                               "ipc=none\n";
   char buf[1024];
   spool_config cfg;
   spool_config_init(&cfg);
@@ -1054,7 +1057,7 @@ START_TEST(test_format_too_small) {
   spool_config_init(&cfg);
   memset(buf, 'x', sizeof buf);
   ck_assert_int_eq(spool_config_format(&cfg, buf, sizeof buf), SPOOL_ERR_INVALID);
-  ck_assert_ptr_nonnull(strstr(spool_last_error(), "buf has 32 bytes, the text needs 300"));
+  ck_assert_ptr_nonnull(strstr(spool_last_error(), "buf has 32 bytes, the text needs 309"));
   ck_assert_int_eq(buf[0], 'x'); /* untouched on failure */
   ck_assert_int_eq(spool_config_format(&cfg, buf, 0), SPOOL_ERR_INVALID);
 }

@@ -836,8 +836,10 @@ START_TEST(sim_trims_other_pools) {
   void *bufs[4];
   for (int i = 0; i < 4; i++) bufs[i] = alloc_ok(holder, 12 * MiB, NULL);
   for (int i = 0; i < 4; i++) CK_SPOOL(spool_free(holder, bufs[i], NULL));
+  CK_CUDA(cudaSetDevice(1)); /* NULL is the current device's stream: it must be the pool's */
   void *o = alloc_ok(other_dev, 12 * MiB, NULL);
   CK_SPOOL(spool_free(other_dev, o, NULL));
+  CK_CUDA(cudaSetDevice(0));
   CK_CUDA(cudaDeviceSynchronize());
   ck_assert_uint_eq(test_stats(holder).bytes_reserved, 48 * MiB);
   ck_assert_uint_eq(test_stats(other_dev).bytes_reserved, 12 * MiB);

@@ -607,11 +607,15 @@ static void check_current_device_kept(void) {
   CK_CUDA(cudaGetDevice(&dev));
   ck_assert_int_eq(dev, current);
   void *ptr = NULL;
-  CK_SPOOL(spool_alloc(p, &ptr, 1 * MiB, NULL));
+  CK_CUDA(cudaSetDevice(0)); /* a stream of the pool's device: spool refuses others */
+  cudaStream_t s0 = test_stream_create();
+  CK_CUDA(cudaSetDevice(current));
+  CK_SPOOL(spool_alloc(p, &ptr, 1 * MiB, s0));
   /* destroy with a leak: the sweep works on device 0 too */
   CK_STATUS(spool_pool_destroy(p), SPOOL_ERR_LEAKS);
   CK_CUDA(cudaGetDevice(&dev));
   ck_assert_int_eq(dev, current);
+  test_stream_destroy(s0);
   cfg.device = n; /* failure */
   expect_create_fails(&cfg, SPOOL_ERR_NO_DEVICE);
   CK_CUDA(cudaGetDevice(&dev));

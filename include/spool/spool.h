@@ -117,6 +117,13 @@ typedef enum spool_track {
 
 #define SPOOL_REPORT_PATH_MAX 1024 /* longest `report` path, NUL included */
 
+/* Whether the pool can be shared with other processes (config key `ipc`). */
+typedef enum spool_ipc {
+  SPOOL_IPC_NONE = 0,     /* `none` (default): an ordinary pool, this process only */
+  SPOOL_IPC_POSIX_FD = 1, /* `posix_fd`: shareable through a file descriptor (spool_pool_export);
+                             CUDA never gives its memory back, so release_threshold must be max */
+} spool_ipc;
+
 /* One pool's settings. Fields carry the names of the text keys. Start from spool_config_init()
  * so that fields added by later versions get their defaults. */
 typedef struct spool_config {
@@ -159,6 +166,8 @@ typedef struct spool_config {
                                        the cache if so: a reused pointer would be baked into the
                                        graph. Default on; off only for code that never
                                        captures. */
+  spool_ipc ipc;                    /* key `ipc`: none | posix_fd. Default none. posix_fd needs
+                                       pool=own and release_threshold=max. */
 } spool_config;
 
 #define SPOOL_CACHE_LIMIT_DEFAULT ((uint64_t)1 << 30)     /* 1 GiB */
@@ -270,7 +279,9 @@ SPOOL_EXPORT const spool_config *spool_pool_config(const spool_pool *pool);
  * captured), and may call the out-of-memory handler. These effects stay even when the
  * allocation fails in the end; they are the named exception to "a failed call leaves the pool
  * as it was". With poison=on the new buffer is filled with 0xA5 on stream.
- * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool or ptr NULL); SPOOL_ERR_OOM (the message gives the
+ * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool or ptr NULL; stream belongs to another device than
+ * the pool: see "Several devices"); SPOOL_ERR_UNSUPPORTED (an imported pool; a shareable pool
+ * while stream is capturing: see "Sharing a pool"); SPOOL_ERR_OOM (the message gives the
  * size asked, the pool's in-use and reserved bytes, its limit, the device's free and total
  * memory, and the retries made); SPOOL_ERR_CUDA (another CUDA failure, e.g. an invalid
  * stream); SPOOL_ERR_HOST_OOM. On failure *ptr is NULL. Thread safe. The caller owns *ptr and
@@ -344,7 +355,8 @@ SPOOL_EXPORT spool_status spool_set_oom_handler(spool_pool *pool, spool_oom_fn f
 /* Returns reserved memory the pool does not use to the driver until it holds keep_bytes or only
  * what is in use (cudaMemPoolTrimTo). Memory freed on a stream whose work is not yet done is
  * still in use; synchronize first to give it back too.
- * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool NULL); SPOOL_ERR_CUDA. Thread safe. */
+ * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool NULL); SPOOL_ERR_UNSUPPORTED (a shareable or
+ * imported pool, whose memory CUDA never gives back); SPOOL_ERR_CUDA. Thread safe. */
 SPOOL_EXPORT spool_status spool_trim(spool_pool *pool, size_t keep_bytes);
 
 /* ---------------------------------------------------------------------------------------------
@@ -414,6 +426,157 @@ SPOOL_EXPORT spool_status spool_stats_json(spool_pool *pool, char *buf, size_t l
  * SPOOL_ERR_INVALID (pool or out NULL); SPOOL_ERR_UNSUPPORTED (track=off: nothing to list; the
  * count is in the message); SPOOL_ERR_HOST_OOM; SPOOL_ERR_IO. Thread safe. */
 SPOOL_EXPORT spool_status spool_leaks(spool_pool *pool, FILE *out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Several devices
+ *
+ * A pool's memory lives on one device (cfg.device). spool_alloc refuses a stream of another
+ * device: CUDA would allow it, but the buffer would still live on the pool's device, out of
+ * reach of the stream's kernels unless that device has peer access, and spool's out-of-memory
+ * and leak handling synchronize the pool's device, not the stream's. Use one pool per device
+ * (spool_pools_create_all) and spool_pool_of to find a pointer's pool.
+ * ------------------------------------------------------------------------------------------- */
+
+/* Creates one pool per visible device from one config: pools[i] lives on device i. cfg->device
+ * is ignored; every other setting applies to each pool, peer_access included (a pool skips its
+ * own device in the list, so peer_access=[0,1] on two devices lets each reach the other's
+ * memory). cfg NULL means the defaults, then SPOOL_CONF on top. capacity is the number of slots
+ * in pools; *count is set to the number of devices.
+ * Returns SPOOL_OK; SPOOL_ERR_INVALID (pools or count NULL, or fewer slots than devices: the
+ * message gives both numbers); SPOOL_ERR_NO_DEVICE (no driver or no device); otherwise what
+ * spool_pool_create returns for the first device that fails, with "device <n>" in the message.
+ * On failure the pools created so far are destroyed, pools[0..capacity) are NULL and *count is
+ * 0. Thread safe. The caller owns the pools: spool_pools_destroy_all destroys them. */
+SPOOL_EXPORT spool_status spool_pools_create_all(spool_pool **pools, int capacity, int *count,
+                                                 const spool_config *cfg);
+
+/* Destroys pools[0..count) with spool_pool_destroy (NULL entries are skipped) and sets every
+ * entry to NULL. Returns SPOOL_OK; SPOOL_ERR_INVALID (pools NULL with count > 0, count < 0);
+ * else the first failure of spool_pool_destroy, after destroying all of them. Not thread safe
+ * with other calls on these pools. */
+SPOOL_EXPORT spool_status spool_pools_destroy_all(spool_pool **pools, int count);
+
+/* Finds the live spool pool that gave out ptr: ptr is the start of, or points inside, a live
+ * buffer of *pool (a buffer imported with spool_import_pointer counts). Pools with track=off are
+ * not searched: they do not know their buffers. It scans every pool (a lookup per pool for a
+ * buffer's start, a pass over the live buffers for an interior pointer): meant for error paths
+ * and tools, not for every allocation.
+ * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool NULL); SPOOL_ERR_UNKNOWN_POINTER (no tracking pool
+ * holds ptr; the message says whether CUDA knows ptr as device memory, and of which device).
+ * On failure *pool is NULL. Thread safe; *pool is valid only as long as no thread destroys it. */
+SPOOL_EXPORT spool_status spool_pool_of(const void *ptr, spool_pool **pool);
+
+/* ---------------------------------------------------------------------------------------------
+ * Peer access
+ * ------------------------------------------------------------------------------------------- */
+
+/* What a device may do with a pool's memory. The values are CUDA's cudaMemAccessFlags. */
+typedef enum spool_access {
+  SPOOL_ACCESS_NONE = 0,       /* kernels of that device fault on the memory */
+  SPOOL_ACCESS_READ = 1,       /* read only, where CUDA supports it (else SPOOL_ERR_UNSUPPORTED) */
+  SPOOL_ACCESS_READ_WRITE = 3, /* read and write, as the pool's own device */
+} spool_access;
+
+/* Sets what device may do with the pool's memory, for all its buffers, live and future
+ * (cudaMemPoolSetAccess): kernels and copies queued on that device then use the memory directly.
+ * The pool's own device always has read-write access: asking read-write for it is SPOOL_OK and
+ * calls nothing; asking less is SPOOL_ERR_INVALID (CUDA cannot take it away). Any other device
+ * must be able to access the pool's device (cudaDeviceCanAccessPeer); setting NONE where there is
+ * no access already calls nothing. CUDA maps or unmaps every buffer of the pool: grant access
+ * once, not around every kernel. The config's peer_access list is applied this way at create.
+ * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool NULL, mode not a spool_access, device not an ordinal
+ * of this process (the message gives the count), the owner asked for less than read-write);
+ * SPOOL_ERR_UNSUPPORTED (device is not a peer of the pool's device, or CUDA refuses read-only
+ * access here: the message says which); SPOOL_ERR_CUDA. On failure the access is as it was.
+ * Thread safe. */
+SPOOL_EXPORT spool_status spool_pool_set_access(spool_pool *pool, int device, spool_access mode);
+
+/* What device may do with the pool's memory now (cudaMemPoolGetAccess); the pool's own device
+ * reads SPOOL_ACCESS_READ_WRITE. Returns SPOOL_OK; SPOOL_ERR_INVALID (pool or mode NULL, device
+ * not an ordinal of this process); SPOOL_ERR_CUDA. *mode is written only on success. Thread
+ * safe. */
+SPOOL_EXPORT spool_status spool_pool_get_access(spool_pool *pool, int device, spool_access *mode);
+
+/* ---------------------------------------------------------------------------------------------
+ * Sharing a pool with other processes (IPC)
+ *
+ * The exporter creates its pool with ipc=posix_fd and hands another process a descriptor of it
+ * (spool_pool_export, then a Unix domain socket with SCM_RIGHTS: a process can import the pool
+ * only with a descriptor it was given), plus, for each buffer to share, the bytes of
+ * spool_export_pointer (any channel will do). The importer makes a pool of its own from the
+ * descriptor (spool_pool_import), maps buffers into it (spool_import_pointer) and gives them back
+ * with spool_free. CUDA's rules, and what spool does about them:
+ *  - An imported buffer may be used only once its allocation has completed in the exporter: the
+ *    exporter synchronizes the stream (or records an IPC event) before it sends the data.
+ *  - The importer frees a buffer, and that free completes (synchronize the stream), before the
+ *    exporter frees it: the exporter must wait for word from every importer. spool cannot see
+ *    the other process, so this rule is the callers' to keep; spool_pool_destroy of an imported
+ *    pool frees (after a synchronize) whatever is still imported.
+ *  - Imported pools cannot allocate: spool_alloc returns SPOOL_ERR_UNSUPPORTED.
+ *  - Shareable and imported pools never give memory back to the device (CUDA ignores the
+ *    release threshold and trims of IPC pools): ipc=posix_fd needs release_threshold=max, and
+ *    spool_trim returns SPOOL_ERR_UNSUPPORTED. Size such a pool with max_size.
+ *  - An allocation during stream capture becomes a graph allocation, which CUDA cannot share:
+ *    spool_alloc from a shareable pool on a capturing stream returns SPOOL_ERR_UNSUPPORTED.
+ *  - An imported pool is accessible from its own device only; the exporter's peer access does
+ *    not carry over: call spool_pool_set_access in the importer.
+ * POSIX (Linux) only; elsewhere these functions return SPOOL_ERR_UNSUPPORTED.
+ * ------------------------------------------------------------------------------------------- */
+
+/* What a process needs to import one buffer: CUDA's export data and the buffer's size. Plain
+ * bytes without pointers into either process: send it as it is. */
+typedef struct spool_ipc_pointer {
+  struct cudaMemPoolPtrExportData cuda; /* cudaMemPoolExportPointer's opaque data */
+  uint64_t size;                        /* bytes asked for; 0 when the exporter has track=off */
+  uint32_t magic;                       /* SPOOL_IPC_POINTER_MAGIC */
+  uint32_t version;                     /* SPOOL_IPC_POINTER_VERSION */
+} spool_ipc_pointer;
+#define SPOOL_IPC_POINTER_MAGIC 0x50495053u /* "SPIP" */
+#define SPOOL_IPC_POINTER_VERSION 1u
+
+/* Writes to *fd a new file descriptor of the pool (cudaMemPoolExportToShareableHandle), for
+ * another process to import: send it over a Unix domain socket (SCM_RIGHTS). The descriptor is
+ * close-on-exec, so that child processes do not inherit it unasked. Each call makes a new one.
+ * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool or fd NULL); SPOOL_ERR_UNSUPPORTED (the pool was not
+ * created with ipc=posix_fd, or was itself imported; not a POSIX system); SPOOL_ERR_IO (the
+ * descriptor could not be made close-on-exec; it is closed); SPOOL_ERR_CUDA. On failure *fd is
+ * -1. Thread safe. The caller owns *fd and closes it (after sending it). */
+SPOOL_EXPORT spool_status spool_pool_export(spool_pool *pool, int *fd);
+
+/* Makes a pool from a descriptor that another process exported with spool_pool_export and sent
+ * to this one (cudaMemPoolImportFromShareableHandle). The new pool lives on the device the
+ * exporter's pool lives on (found as the one device with access to it: it must be visible
+ * here), has the default settings with ipc=posix_fd (spool_pool_config shows them, report= from
+ * SPOOL_REPORT), cannot allocate, and holds the buffers imported into it with
+ * spool_import_pointer. fd stays the caller's: close it when the call returns.
+ * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool NULL, fd negative or not open in this process: only
+ * a process that was given the descriptor can import); SPOOL_ERR_NO_DEVICE; SPOOL_ERR_UNSUPPORTED
+ * (not a POSIX system; the pool lives on a device this process cannot see); SPOOL_ERR_CUDA (fd is
+ * not a pool's descriptor, or CUDA refused); SPOOL_ERR_HOST_OOM. On failure *pool is NULL and
+ * nothing is left behind. Thread safe. The caller owns *pool and must pass it to
+ * spool_pool_destroy. */
+SPOOL_EXPORT spool_status spool_pool_import(int fd, spool_pool **pool);
+
+/* Fills *out with what another process needs to import the buffer at ptr
+ * (cudaMemPoolExportPointer). ptr must be the start of a live buffer of pool (checked unless
+ * track=off); it stays the exporter's, who frees it only after every importer has freed it.
+ * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool, ptr or out NULL); SPOOL_ERR_UNSUPPORTED (pool not
+ * shareable or imported); with track=counts or full, SPOOL_ERR_INTERIOR_POINTER,
+ * SPOOL_ERR_WRONG_POOL or SPOOL_ERR_UNKNOWN_POINTER as spool_free says; SPOOL_ERR_CUDA. *out is
+ * written only on success. Thread safe. */
+SPOOL_EXPORT spool_status spool_export_pointer(spool_pool *pool, void *ptr,
+                                               spool_ipc_pointer *out);
+
+/* Maps the buffer described by *in (from spool_export_pointer in the exporting process) into
+ * pool, a pool made by spool_pool_import (cudaMemPoolImportPointer), and writes its address in
+ * this process to *ptr. Use it once its allocation has completed in the exporter; give it back
+ * with spool_free(pool, ptr, stream) and synchronize before telling the exporter.
+ * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool, in or ptr NULL; pool not imported; *in not made by
+ * spool_export_pointer of this version); SPOOL_ERR_CUDA (the buffer is not in the pool the
+ * descriptor was for, or CUDA refused); SPOOL_ERR_HOST_OOM. On failure *ptr is NULL and nothing
+ * is mapped. Thread safe. The buffer belongs to pool until spool_free. */
+SPOOL_EXPORT spool_status spool_import_pointer(spool_pool *pool, const spool_ipc_pointer *in,
+                                               void **ptr);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -141,6 +141,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h> /* issue 6: pool descriptors */
+#include <unistd.h>   /* issue 6 */
 
 #define SIM_MAX_DEV 64
 /* Block granularity: an H200 (CUDA 13, driver 580) put two 256-byte buffers 512 bytes apart. */
@@ -253,6 +255,8 @@ struct CUmemPoolHandle_st {
   int device;
   int is_default;
   int destroyed; /* destroyed with blocks outstanding: reaped once they are all freed */
+  int shareable;  /* issue 6: created with POSIX fd handles: segments are MAP_SHARED */
+  struct CUmemPoolHandle_st *imported_from; /* issue 6: an imported pool's exporter, else NULL */
   size_t max_size;
   uint64_t threshold;
   int reuse[3];
@@ -332,6 +336,12 @@ static _Thread_local struct {
   enum cudaStreamCaptureMode mode; /* cudaThreadExchangeStreamCaptureMode; 0 is global */
   int context; /* a runtime call made the device's context current on this thread */
 } t;
+
+/* ---- issue 6: several processes (IPC); defined in the section at the end of the file ---- */
+static int sim6_handle_types(int device);
+static int sim6_import_range(const void *ptr, size_t n, int whole);
+static int sim6_import_free(const void *ptr, struct CUstream_st *s);
+static void sim6_reset(void);
 
 /* ---- state, locking, counting, fault injection ----------------------------------------------- */
 
@@ -668,6 +678,8 @@ static void seg_release(struct CUmemPoolHandle_st *p, sim_segment **link) {
 /* Gives back idle segments while the pool holds more than `above` (sync release) or while
  * reserved - segment >= keep (trim). */
 static void pool_shrink(struct CUmemPoolHandle_st *p, uint64_t limit, int trim) {
+  if (p->shareable || p->imported_from)
+    return; /* issue 6: IPC pools never give memory back (CUDA programming guide) */
   for (sim_segment **link = &p->segs; *link;) {
     sim_segment *sg = *link;
     int fits = trim ? p->reserved - sg->size >= limit : p->reserved > limit;
@@ -789,9 +801,9 @@ static cudaError_t pool_grow(struct CUmemPoolHandle_st *p, size_t need, sim_segm
   sim_block *b = calloc(1, sizeof *b);
   void *mem = MAP_FAILED;
   if (sg && b)
-    mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-               -1, 0);
-  if (mem == MAP_FAILED) {
+    mem = mmap(NULL, size, PROT_READ | PROT_WRITE,
+               (p->shareable ? MAP_SHARED : MAP_PRIVATE) | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (mem == MAP_FAILED) { /* issue 6: shared, so that an import can map the pages again */
     free(sg);
     free(b);
     return cudaErrorMemoryAllocation;
@@ -1030,6 +1042,8 @@ static int graph_has_mem_nodes(const struct CUgraph_st *gr) {
 /* 1 when [ptr, ptr + n) lies in one live pool block or cudaMalloc region. */
 static int dev_range(const void *ptr, size_t n) {
   uintptr_t a = (uintptr_t)ptr;
+  if (sim6_import_range(ptr, n, 1))
+    return 1; /* issue 6: an imported buffer */
   for (sim_region *r = g.regions; r; r = r->next) {
     uintptr_t base = (uintptr_t)r->base;
     if (a >= base && a - base <= r->size && n <= r->size - (a - base))
@@ -1054,6 +1068,8 @@ static int capture_range(const void *ptr, size_t n) {
 /* 1 when ptr points into simulated device memory at all (live or not): cudaMemcpyDefault. */
 static int dev_pointer(const void *ptr) {
   uintptr_t a = (uintptr_t)ptr;
+  if (sim6_import_range(ptr, 1, 0))
+    return 1; /* issue 6 */
   for (sim_region *r = g.regions; r; r = r->next)
     if (a >= (uintptr_t)r->base && a - (uintptr_t)r->base < r->size)
       return 1;
@@ -1415,8 +1431,7 @@ cudaError_t CUDARTAPI cudaSetDevice(int device) { SIM_CALL(set_device(device)); 
 static int attribute_of(enum cudaDeviceAttr attr, int d) {
   switch (attr) {
   case cudaDevAttrMemoryPoolsSupported: return g.dev[d].pools_supported;
-  case cudaDevAttrMemoryPoolSupportedHandleTypes:
-    return g.dev[d].pools_supported ? (int)cudaMemHandleTypePosixFileDescriptor : 0;
+  case cudaDevAttrMemoryPoolSupportedHandleTypes: return sim6_handle_types(d); /* issue 6 */
   case cudaDevAttrMultiProcessorCount: return 132;
   case cudaDevAttrComputeCapabilityMajor: return 9;
   case cudaDevAttrComputeCapabilityMinor: return 0;
@@ -1911,12 +1926,15 @@ static cudaError_t pool_create(cudaMemPool_t *out, const struct cudaMemPoolProps
     return cudaErrorNotSupported;
   if (!g.dev[d].pools_supported)
     return cudaErrorNotSupported;
+  if ((int)props->handleTypes & ~sim6_handle_types(d))
+    return cudaErrorNotSupported; /* issue 6 */
   struct CUmemPoolHandle_st *p = pool_new(d, 0);
   if (!p)
     return cudaErrorMemoryAllocation;
 #if CUDART_VERSION >= 12020
   p->max_size = props->maxSize;
 #endif
+  p->shareable = props->handleTypes == cudaMemHandleTypePosixFileDescriptor; /* issue 6 */
   *out = p;
   return cudaSuccess;
 }
@@ -2071,6 +2089,8 @@ static cudaError_t malloc_from_pool(void **ptr, size_t size, cudaMemPool_t p, cu
     return cudaErrorInvalidValue;
   if (!pool_known(p))
     return cudaErrorInvalidResourceHandle;
+  if (p->imported_from)
+    return cudaErrorInvalidValue; /* issue 6: imported pools cannot allocate */
   cudaError_t e = stream_get(h, &s);
   if (e == cudaSuccess)
     e = stream_use(s);
@@ -2113,8 +2133,11 @@ static cudaError_t free_async(void *ptr, cudaStream_t h) {
   if (s->cap)
     return capture_free(s, ptr);
   sim_galloc *ga = ptr ? galloc_at(ptr) : NULL;
-  if (!ga)
+  if (!ga) {
+    if (sim6_import_free(ptr, s))
+      return cudaSuccess; /* issue 6: an imported buffer */
     return pool_free(ptr, s);
+  }
   if (!ga->live)
     return cudaErrorInvalidValue;
   enqueue(s);
@@ -2175,6 +2198,8 @@ cudaError_t CUDARTAPI cudaMalloc(void **devPtr, size_t size) {
 static cudaError_t plain_free(void *ptr) {
   if (!ptr)
     return cudaSuccess;
+  if (sim6_import_free(ptr, NULL))
+    return cudaSuccess; /* issue 6: an imported buffer */
   for (sim_region **link = &g.regions; *link; link = &(*link)->next) {
     sim_region *r = *link;
     if (r->base != ptr)
@@ -2765,6 +2790,7 @@ static void reset_graphs(void) {
 void cudasim_reset(void) {
   lock();
   reset_graphs();
+  sim6_reset(); /* issue 6: imports unmapped, export records dropped */
   while (g.pools)
     pool_unlink_free(g.pools);
   while (g.regions) {
@@ -2970,4 +2996,346 @@ long cudasim_graph_allocations(void) {
     n += ga->live;
   unlock();
   return n;
+}
+/* ==== issue 6: several devices and processes =====================================================
+ *
+ * Model
+ *  - A pool created with cudaMemHandleTypePosixFileDescriptor ("shareable") keeps its segments in
+ *    MAP_SHARED memory and, like every IPC pool of the real driver, never gives memory back: no
+ *    release at a synchronize, trims do nothing (pool_shrink). The same holds for imported pools.
+ *  - cudaMemPoolExportToShareableHandle returns a new memfd, whose inode cudasim records. An import
+ *    finds the pool by fstat() of the descriptor, so a descriptor passed over a Unix domain socket
+ *    (SCM_RIGHTS) imports in the same process. Another process cannot import: cudasim's state is
+ *    its own (without a driver, pool memory cannot cross processes).
+ *  - An imported pool is a pool object with imported_from set: it cannot allocate, is accessible
+ *    from its own device only until cudaMemPoolSetAccess, and counts its imported buffers in
+ *    cudaMemPoolAttrUsedMemCurrent.
+ *  - cudaMemPoolImportPointer maps the exporter's segment a second time (mremap of the shared
+ *    pages): the imported buffer has an address of its own and shares the data, as it would in
+ *    another process. Freeing it (cudaFree, cudaFreeAsync) unmaps it at once.
+ *  - cudaStreamGetDevice; cudaPointerGetAttributes (device memory: pool segments, cudaMalloc
+ *    regions and imports; anything else is cudaMemoryTypeUnregistered, device -1).
+ *  - cudasim_kernel: what the loads and stores of a kernel on a stream would meet: memory inside
+ *    one live allocation, which the stream's device may access (its own memory, or a pool's access
+ *    flags for that device); otherwise cudaErrorIllegalAddress (not sticky here, unlike a GPU).
+ *
+ * Error codes chosen where the real runtime is not documented
+ *  - Exporting a pool that was not created shareable, importing a descriptor that is not one of a
+ *    live pool, exporting a pointer that is not a live block of a shareable pool, importing one
+ *    into a pool other than that pool's import, allocating from an imported pool:
+ *    cudaErrorInvalidValue.
+ */
+
+typedef struct sim6_export {
+  struct sim6_export *next;
+  dev_t dev;
+  ino_t ino;
+  struct CUmemPoolHandle_st *pool;
+} sim6_export;
+
+typedef struct sim6_import {
+  struct sim6_import *next;
+  char *map; /* the second mapping of the exporter's segment */
+  size_t map_size;
+  char *ptr; /* the imported buffer, inside map */
+  size_t size;
+  struct CUmemPoolHandle_st *pool; /* the imported pool it belongs to */
+} sim6_import;
+
+/* What cudaMemPoolExportPointer writes into the 64 opaque bytes. */
+typedef struct sim6_ptr_data {
+  uint64_t magic;
+  uintptr_t pool, addr;
+} sim6_ptr_data;
+#define SIM6_MAGIC UINT64_C(0x3649504353494D43) /* "CMISCPI6" */
+_Static_assert(sizeof(sim6_ptr_data) <= sizeof(((struct cudaMemPoolPtrExportData *)0)->reserved),
+               "the export data must fit CUDA's opaque bytes");
+
+/* Guarded by g_lock, like g. */
+static struct {
+  sim6_export *exports;
+  sim6_import *imports;
+  unsigned char no_ipc[SIM_MAX_DEV]; /* 0: POSIX fd handles supported (the default) */
+} g6;
+
+static void sim6_reset(void) {
+  while (g6.exports) {
+    sim6_export *x = g6.exports;
+    g6.exports = x->next;
+    free(x);
+  }
+  while (g6.imports) {
+    sim6_import *im = g6.imports;
+    g6.imports = im->next;
+    munmap(im->map, im->map_size);
+    free(im);
+  }
+  memset(g6.no_ipc, 0, sizeof g6.no_ipc);
+}
+
+static int sim6_handle_types(int d) {
+  return g.dev[d].pools_supported && !g6.no_ipc[d] ? (int)cudaMemHandleTypePosixFileDescriptor
+                                                    : 0;
+}
+
+/* whole: [ptr, ptr + n) lies in one imported buffer; else ptr points into one. */
+static sim6_import *sim6_import_at(const void *ptr, size_t n, int whole) {
+  uintptr_t a = (uintptr_t)ptr;
+  for (sim6_import *im = g6.imports; im; im = im->next) {
+    uintptr_t base = (uintptr_t)im->ptr;
+    if (a < base || a - base >= im->size)
+      continue;
+    if (!whole || n <= im->size - (a - base))
+      return im;
+  }
+  return NULL;
+}
+
+static int sim6_import_range(const void *ptr, size_t n, int whole) {
+  return sim6_import_at(ptr, n, whole) != NULL;
+}
+
+static int sim6_import_free(const void *ptr, struct CUstream_st *s) {
+  for (sim6_import **link = &g6.imports; *link; link = &(*link)->next) {
+    sim6_import *im = *link;
+    if (im->ptr != ptr)
+      continue;
+    *link = im->next;
+    munmap(im->map, im->map_size);
+    im->pool->used -= im->size;
+    if (s)
+      enqueue(s);
+    free(im);
+    return 1;
+  }
+  return 0;
+}
+
+/* ---- export and import of pools ---- */
+
+static cudaError_t export_pool(void *handle, cudaMemPool_t p, enum cudaMemAllocationHandleType type,
+                               unsigned flags) {
+  if (!pool_known(p))
+    return cudaErrorInvalidResourceHandle;
+  if (!handle || type != cudaMemHandleTypePosixFileDescriptor || flags != 0 || !p->shareable)
+    return cudaErrorInvalidValue;
+  sim6_export *x = calloc(1, sizeof *x);
+  if (!x)
+    return cudaErrorMemoryAllocation;
+  struct stat st;
+  int fd = memfd_create("cudasim-pool", 0); /* like the driver's: not close-on-exec */
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    if (fd >= 0)
+      close(fd);
+    free(x);
+    return cudaErrorOperatingSystem;
+  }
+  x->dev = st.st_dev;
+  x->ino = st.st_ino;
+  x->pool = p;
+  x->next = g6.exports;
+  g6.exports = x;
+  *(int *)handle = fd;
+  return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaMemPoolExportToShareableHandle(
+    void *shareableHandle, cudaMemPool_t memPool, enum cudaMemAllocationHandleType handleType,
+    unsigned int flags) {
+  SIM_CALL(export_pool(shareableHandle, memPool, handleType, flags));
+}
+
+static cudaError_t import_pool(cudaMemPool_t *out, void *handle,
+                               enum cudaMemAllocationHandleType type, unsigned flags) {
+  struct stat st;
+  if (!out || type != cudaMemHandleTypePosixFileDescriptor || flags != 0)
+    return cudaErrorInvalidValue;
+  if (fstat((int)(intptr_t)handle, &st) != 0)
+    return cudaErrorInvalidValue; /* not an open descriptor of this process */
+  for (sim6_export *x = g6.exports; x; x = x->next) {
+    if (x->dev != st.st_dev || x->ino != st.st_ino || !pool_known(x->pool))
+      continue;
+    struct CUmemPoolHandle_st *q = pool_new(x->pool->device, 0);
+    if (!q)
+      return cudaErrorMemoryAllocation;
+    q->imported_from = x->pool;
+    *out = q;
+    return cudaSuccess;
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t CUDARTAPI cudaMemPoolImportFromShareableHandle(
+    cudaMemPool_t *memPool, void *shareableHandle, enum cudaMemAllocationHandleType handleType,
+    unsigned int flags) {
+  SIM_CALL(import_pool(memPool, shareableHandle, handleType, flags));
+}
+
+/* ---- export and import of pointers ---- */
+
+static cudaError_t export_pointer(struct cudaMemPoolPtrExportData *data, void *ptr) {
+  struct CUmemPoolHandle_st *p;
+  if (!data || !ptr || !block_at(ptr, &p) || !p->shareable || p->destroyed)
+    return cudaErrorInvalidValue;
+  sim6_ptr_data d = {SIM6_MAGIC, (uintptr_t)p, (uintptr_t)ptr};
+  memset(data, 0, sizeof *data);
+  memcpy(data->reserved, &d, sizeof d);
+  return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaMemPoolExportPointer(struct cudaMemPoolPtrExportData *exportData,
+                                               void *ptr) {
+  SIM_CALL(export_pointer(exportData, ptr));
+}
+
+static sim_segment *sim6_segment_of(struct CUmemPoolHandle_st *p, uintptr_t a) {
+  for (sim_segment *sg = p->segs; sg; sg = sg->next)
+    if (a >= (uintptr_t)sg->base && a - (uintptr_t)sg->base < sg->size)
+      return sg;
+  return NULL;
+}
+
+static cudaError_t import_pointer(void **out, cudaMemPool_t q,
+                                  const struct cudaMemPoolPtrExportData *data) {
+  sim6_ptr_data d;
+  struct CUmemPoolHandle_st *p;
+  if (!out || !data)
+    return cudaErrorInvalidValue;
+  if (!pool_known(q))
+    return cudaErrorInvalidResourceHandle;
+  memcpy(&d, data->reserved, sizeof d);
+  if (!q->imported_from || d.magic != SIM6_MAGIC || d.pool != (uintptr_t)q->imported_from)
+    return cudaErrorInvalidValue;
+  sim_block *b = block_at((const void *)d.addr, &p);
+  sim_segment *sg = b && p == q->imported_from ? sim6_segment_of(p, d.addr) : NULL;
+  if (!sg)
+    return cudaErrorInvalidValue; /* freed by the exporter meanwhile */
+  sim6_import *im = calloc(1, sizeof *im);
+  void *map = im ? mremap(sg->base, 0, sg->size, MREMAP_MAYMOVE) : MAP_FAILED;
+  if (map == MAP_FAILED) {
+    free(im);
+    return cudaErrorMemoryAllocation;
+  }
+  im->map = map;
+  im->map_size = sg->size;
+  im->ptr = im->map + (d.addr - (uintptr_t)sg->base);
+  im->size = b->size;
+  im->pool = q;
+  im->next = g6.imports;
+  g6.imports = im;
+  q->used += im->size;
+  if (q->used > q->used_high)
+    q->used_high = q->used;
+  *out = im->ptr;
+  return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaMemPoolImportPointer(void **ptr, cudaMemPool_t memPool,
+                                               struct cudaMemPoolPtrExportData *exportData) {
+  SIM_CALL(import_pointer(ptr, memPool, exportData));
+}
+
+/* ---- streams and pointers ---- */
+
+/* cudaStreamGetDevice: with the stream functions above. */
+
+/* The device whose memory ptr points into (any pool segment, region or import), or -1. */
+static int sim6_device_of(const void *ptr) {
+  uintptr_t a = (uintptr_t)ptr;
+  sim6_import *im = sim6_import_at(ptr, 1, 0);
+  if (im)
+    return im->pool->device;
+  for (sim_region *r = g.regions; r; r = r->next)
+    if (a >= (uintptr_t)r->base && a - (uintptr_t)r->base < r->size)
+      return r->device;
+  for (struct CUmemPoolHandle_st *p = g.pools; p; p = p->next)
+    if (sim6_segment_of(p, a))
+      return p->device;
+  return -1;
+}
+
+static cudaError_t pointer_attributes(struct cudaPointerAttributes *attr, const void *ptr) {
+  if (!attr)
+    return cudaErrorInvalidValue;
+  memset(attr, 0, sizeof *attr);
+  attr->device = sim6_device_of(ptr);
+  attr->type = attr->device < 0 ? cudaMemoryTypeUnregistered : cudaMemoryTypeDevice;
+  attr->devicePointer = attr->device < 0 ? NULL : (void *)(uintptr_t)ptr;
+  return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaPointerGetAttributes(struct cudaPointerAttributes *attributes,
+                                               const void *ptr) {
+  SIM_CALL(pointer_attributes(attributes, ptr));
+}
+
+/* ---- control ---- */
+
+void cudasim_set_ipc_supported(int device, int supported) {
+  lock();
+  if (device >= 0 && device < SIM_MAX_DEV)
+    g6.no_ipc[device] = !supported;
+  unlock();
+}
+
+int cudasim_imports(void) {
+  int n = 0;
+  lock();
+  for (sim6_import *im = g6.imports; im; im = im->next)
+    n++;
+  unlock();
+  return n;
+}
+
+/* The pool (exporting or imported) whose live buffer holds [ptr, ptr + n) and its device, or
+ * NULL. */
+static struct CUmemPoolHandle_st *sim6_owner(const void *ptr, size_t n, int *device) {
+  uintptr_t a = (uintptr_t)ptr;
+  sim6_import *im = sim6_import_at(ptr, n, 1);
+  if (im) {
+    *device = im->pool->device;
+    return im->pool;
+  }
+  for (struct CUmemPoolHandle_st *p = g.pools; p; p = p->next) {
+    sim_segment *sg = sim6_segment_of(p, a);
+    for (sim_block *b = sg ? sg->blocks : NULL; b; b = b->next) {
+      uintptr_t base = (uintptr_t)sg->base + b->off;
+      if (b->live && a >= base && a - base < b->size && n <= b->size - (a - base)) {
+        *device = p->device;
+        return p;
+      }
+    }
+  }
+  return NULL;
+}
+
+static cudaError_t sim6_kernel(cudaStream_t h, const void *ptr, size_t n, int write) {
+  struct CUstream_st *s;
+  int device = -1;
+  cudaError_t e = stream_get(h, &s);
+  if (e != cudaSuccess)
+    return e;
+  struct CUmemPoolHandle_st *p = sim6_owner(ptr, n, &device);
+  if (!p) {
+    for (sim_region *r = g.regions; r; r = r->next) /* cudaMalloc memory: its device only */
+      if ((uintptr_t)ptr >= (uintptr_t)r->base && (uintptr_t)ptr - (uintptr_t)r->base < r->size &&
+          n <= r->size - ((uintptr_t)ptr - (uintptr_t)r->base))
+        device = r->device;
+    if (device != s->device)
+      return cudaErrorIllegalAddress;
+  } else if (device != s->device) {
+    unsigned need = write ? cudaMemAccessFlagsProtReadWrite : cudaMemAccessFlagsProtRead;
+    if (((unsigned)p->access[s->device] & need) != need)
+      return cudaErrorIllegalAddress;
+  }
+  enqueue(s);
+  return cudaSuccess;
+}
+
+cudaError_t cudasim_kernel(cudaStream_t s, const void *ptr, size_t bytes, int write) {
+  lock();
+  cudaError_t e = g.driver == 0 || g.ndev == 0 ? cudaErrorNoDevice : sim6_kernel(s, ptr, bytes,
+                                                                                 write);
+  unlock();
+  return e;
 }

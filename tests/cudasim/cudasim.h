@@ -116,6 +116,21 @@ int cudasim_capturing(cudaStream_t s);
 /* Graph allocations live now: allocated by a graph launch and not freed yet (by a free node,
  * cudaFreeAsync or cudaFree). They are not counted by cudasim_live_allocations. */
 long cudasim_graph_allocations(void);
+/* ---- issue 6: several devices and processes (see the section at the end of cudasim.c) -------- */
+
+/* Whether pools on device may be created with cudaMemHandleTypePosixFileDescriptor
+ * (cudaDevAttrMemoryPoolSupportedHandleTypes); default 1 where pools are supported. */
+void cudasim_set_ipc_supported(int device, int supported);
+
+/* Buffers imported with cudaMemPoolImportPointer and not yet freed. */
+int cudasim_imports(void);
+
+/* Stands for a kernel on stream s that reads (write 0) or writes (write 1) [ptr, ptr + bytes):
+ * cudaSuccess, and one operation enqueued on s, when the range lies in one live allocation
+ * that s's device may access that way (its own device's memory, or a pool's access flags for
+ * it); cudaErrorIllegalAddress otherwise, as a GPU would report at the next synchronize (here
+ * at once, and not sticky). The test does the loads and stores itself on success. */
+cudaError_t cudasim_kernel(cudaStream_t s, const void *ptr, size_t bytes, int write);
 
 #ifdef __cplusplus
 }
