@@ -130,13 +130,20 @@ static spool_status alloc_impl(spool_pool *pool, void **ptr, size_t size, cudaSt
    * stream's device is checked by the cache once per stream, and below for the uncached path. */
   spool_status s = spool__ipc_alloc_check(pool, stream);
   void *p = NULL;
-  if (s == SPOOL_OK && spool__cacheable(pool, size) &&
-      spool__cache_alloc(pool, &p, size, stream, site, &s)) {
-    if (s != SPOOL_OK) count_failure(pool, s);
-    else *ptr = p;
-    return s;
+  bool capturing = false;
+  if (s == SPOOL_OK && spool__cacheable(pool, size)) {
+    if (spool__cache_alloc(pool, &p, size, stream, site, &s)) {
+      if (s != SPOOL_OK) count_failure(pool, s);
+      else *ptr = p;
+      return s;
+    }
+    capturing = true; /* the cache passes on only allocations under capture */
+  } else if (s == SPOOL_OK) {
+    s = spool__stream_capturing(stream, &capturing, ALLOC);
   }
-  if (s == SPOOL_OK) s = spool__stream_device_check(pool, stream, ALLOC); /* issue 6 */
+  /* cudaStreamGetDevice breaks a capture (as the H200 showed): the device is checked only
+   * outside one; the cache checked this stream before. */
+  if (s == SPOOL_OK && !capturing) s = spool__stream_device_check(pool, stream, ALLOC);
   if (s == SPOOL_OK) s = spool__pool_alloc(pool, &p, size, stream);
   if (s == SPOOL_OK && pool->cfg.poison) {
     s = poison(p, POISON_NEW, size, stream, ALLOC);

@@ -399,7 +399,6 @@ bool spool__cache_alloc(spool_pool *p, void **ptr, size_t size, cudaStream_t str
                         const spool__site *site, spool_status *s) {
   spool__scache *c;
   *s = cache_of(p, stream, &c, ALLOC);
-  if (*s == SPOOL_OK) *s = device_ok(p, c, stream);
   if (*s != SPOOL_OK) return true;
   if (p->cfg.capture_check) {
     bool capturing = false;
@@ -407,6 +406,8 @@ bool spool__cache_alloc(spool_pool *p, void **ptr, size_t size, cudaStream_t str
     if (*s != SPOOL_OK) return true;
     if (capturing) return false;
   }
+  *s = device_ok(p, c, stream); /* after the capture check: it would break a capture */
+  if (*s != SPOOL_OK) return true;
   unsigned cls = class_of(size);
   lock(c);
   uintptr_t u = pop(c, cls);

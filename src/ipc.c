@@ -302,6 +302,23 @@ static spool_status exported_size(spool_pool *pool, void *ptr, uint64_t *size) {
                      "on device %d)", EXPORT_PTR, ptr, (void *)pool, pool->device);
 }
 
+/* CUDA exports a pointer only "from an already shared memory pool": the H200 refused
+ * cudaMemPoolExportPointer (cudaErrorInvalidValue) before the pool's first export. So the pool
+ * is exported once here if the caller has not done it yet, and the descriptor closed. */
+static spool_status ensure_shared(spool_pool *pool) {
+  pthread_mutex_lock(&pool->lock);
+  bool shared = pool->ipc_exports > 0;
+  pthread_mutex_unlock(&pool->lock);
+  if (shared) return SPOOL_OK;
+  int fd = -1;
+  spool_status s = spool_pool_export(pool, &fd);
+  if (s != SPOOL_OK) return spool__prefix(s, EXPORT_PTR);
+#if SPOOL__POSIX_FD
+  close(fd);
+#endif
+  return SPOOL_OK;
+}
+
 spool_status spool_export_pointer(spool_pool *pool, void *ptr, spool_ipc_pointer *out) {
   if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", EXPORT_PTR);
   if (!ptr) return spool__fail(SPOOL_ERR_INVALID, "%s: ptr is NULL", EXPORT_PTR);
@@ -309,6 +326,8 @@ spool_status spool_export_pointer(spool_pool *pool, void *ptr, spool_ipc_pointer
   spool_status s = check_exporter(pool, EXPORT_PTR);
   uint64_t size = 0; /* unknown with track=off */
   if (s == SPOOL_OK && pool->cfg.track != SPOOL_TRACK_OFF) s = exported_size(pool, ptr, &size);
+  if (s != SPOOL_OK) return s;
+  if (s == SPOOL_OK) s = ensure_shared(pool);
   if (s != SPOOL_OK) return s;
   spool_ipc_pointer x;
   memset(&x, 0, sizeof x);

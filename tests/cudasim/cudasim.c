@@ -2318,6 +2318,11 @@ static cudaError_t stream_get_device(cudaStream_t h, int *device) {
   if (!device)
     return cudaErrorInvalidValue;
   cudaError_t e = stream_get(h, &s); /* the built-in streams resolve on the current device */
+  /* Asked of a stream being captured, the H200 invalidated the capture (relaxed mode too). */
+  if (e == cudaSuccess && s->cap) {
+    capture_invalidate(s->cap);
+    return cudaErrorStreamCaptureUnsupported;
+  }
   if (e == cudaSuccess)
     *device = s->device;
   return e;
