@@ -333,8 +333,8 @@ static bool steal(spool_pool *p, const spool__scache *self, unsigned cls, spool_
   spool__save_error(message); /* the fence's failures are not the allocation's */
   pthread_mutex_lock(&p->lock);
   for (spool__scache *c = p->caches; c && !got; c = c->next) {
-    if (c == self || c->bins[cls].count == 0) continue;
-    lock(c);
+    if (c == self) continue;
+    lock(c); /* take_fenced reads the bin under the lock: no peeking at another thread's bins */
     got = take_fenced(p, c, cls, out);
     unlock(c);
   }
