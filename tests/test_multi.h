@@ -68,8 +68,15 @@ static inline void *test_alloc(spool_pool *p, size_t bytes, cudaStream_t s) {
 static inline void test_expect_values(const void *dev, size_t n, uint32_t first, cudaStream_t s) {
   uint32_t *host = (uint32_t *)malloc(n * sizeof *host);
   ck_assert_ptr_nonnull(host);
+  /* From the stream's device: pool memory is mapped only where the pool grants access, and the
+   * H200 refused a copy from device 1's pool with device 0 current (cudaErrorInvalidValue). */
+  int current = 0, device = 0;
+  CK_CUDA(cudaGetDevice(&current));
+  CK_CUDA(cudaStreamGetDevice(s, &device));
+  CK_CUDA(cudaSetDevice(device));
   CK_CUDA(cudaMemcpyAsync(host, dev, n * sizeof *host, cudaMemcpyDeviceToHost, s));
   CK_CUDA(cudaStreamSynchronize(s));
+  CK_CUDA(cudaSetDevice(current));
   for (size_t i = 0; i < n; i++) {
     if (host[i] != first + (uint32_t)i) {
       uint32_t got = host[i];
