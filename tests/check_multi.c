@@ -370,8 +370,12 @@ START_TEST(peer_kernel_reads_and_writes) {
   test_expect_values(dst, VALUES, 49, s1);
   /* and a copy engine's peer copy between the two pools */
   CK_CUDA(test_kernel_fill(dst, VALUES, 1000, s1));
+  /* With device 1 current: device 0 has no access to p1, and the H200 refused the copy
+   * (cudaErrorInvalidValue) with device 0 current although s1 is device 1's stream. */
+  CK_CUDA(cudaSetDevice(1));
   CK_CUDA(cudaMemcpyAsync(buf, dst, VALUES * sizeof(uint32_t), cudaMemcpyDeviceToDevice, s1));
   CK_CUDA(cudaStreamSynchronize(s1));
+  CK_CUDA(cudaSetDevice(0));
   test_expect_values(buf, VALUES, 1000, s0);
   CK_SPOOL(spool_free(p1, dst, s1));
   CK_SPOOL(spool_free(p0, buf, s0));
