@@ -128,7 +128,9 @@ static spool_status alloc_impl(spool_pool *pool, void **ptr, size_t size, cudaSt
 
   /* issue 6: an imported pool, or a shareable one under capture (a flag test for others). The
    * stream's device is checked by the cache once per stream, and below for the uncached path. */
-  spool_status s = spool__ipc_alloc_check(pool, stream);
+  spool_status s = pool->imported || pool->cfg.ipc != SPOOL_IPC_NONE
+                       ? spool__ipc_alloc_check(pool, stream)
+                       : SPOOL_OK;
   void *p = NULL;
   bool capturing = false;
   if (s == SPOOL_OK && spool__cacheable(pool, size)) {

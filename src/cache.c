@@ -56,10 +56,6 @@ static uint64_t class_bytes(unsigned c) {
   return ((uint64_t)1 << e) + ((uint64_t)(i + 1) << (e - 3));
 }
 
-bool spool__cacheable(const spool_pool *pool, size_t size) {
-  return pool->cfg.cache && size <= pool->cfg.cache_max_block;
-}
-
 /* ---- the cache's lock ----------------------------------------------------------------------- */
 
 /* A spin lock: held for a few dozen instructions on the hit path, by one thread per stream in

@@ -294,8 +294,11 @@ spool_status spool__free_leaks(spool_pool *pool);
 
 /* ---- cache.c ---------------------------------------------------------------------------- */
 
-/* Whether spool_alloc/spool_free may use the stream caches for size bytes. */
-bool spool__cacheable(const spool_pool *pool, size_t size);
+/* Whether spool_alloc/spool_free may use the stream caches for size bytes (inline: asked on
+ * every allocation). */
+static inline bool spool__cacheable(const spool_pool *pool, size_t size) {
+  return pool->cfg.cache && size <= pool->cfg.cache_max_block;
+}
 
 /* The cache's part of spool_alloc: true when it took the allocation (a hit, or a miss filled from
  * the pool) with *s its status; false when the allocation takes the uncached path (the stream is
