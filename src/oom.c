@@ -10,8 +10,8 @@
  * 4. Then ask the user's handler, at most SPOOL_OOM_HANDLER_CALLS times, while it says "try
  *    again".
  * 5. Then fail with SPOOL_ERR_OOM and the numbers.
- * No lock is held while CUDA or the handler runs. The synchronize is skipped while the stream is
- * being captured into a graph, where it would invalidate the capture. */
+ * No lock is held while CUDA or the handler runs. Steps 1 and 2 are skipped while the stream is
+ * being captured into a graph, where they would invalidate the capture. */
 #include "internal.h"
 
 #include <inttypes.h>
@@ -30,9 +30,12 @@ static bool capturing(cudaStream_t stream) {
 
 /* Trims every pool on the device, this one first. Failures are not fatal: the retry decides. */
 static void give_back(spool_pool *p, cudaStream_t stream, bool synchronize) {
+  /* Under capture every step here is illegal or breaks it: a device synchronize, the caches'
+   * flush (which synchronizes) and cudaMemPoolTrimTo (prohibited in global mode). */
+  if (capturing(stream)) return;
   char message[SPOOL__MESSAGE];
   spool__save_error(message); /* what fails here is not the allocation's failure */
-  if (synchronize && !capturing(stream)) {
+  if (synchronize) {
     int saved = 0;
     spool_status s = spool__device_enter(p->device, &saved, ALLOC);
     if (s == SPOOL_OK && cudaDeviceSynchronize() != cudaSuccess) spool__clear_cuda_error();

@@ -274,9 +274,9 @@ SPOOL_EXPORT const spool_config *spool_pool_config(const spool_pool *pool);
  * may be used by work queued on stream after this call, and by other streams once they wait for
  * it. The pointer is aligned to at least 256 bytes. size 0 gives *ptr = NULL and SPOOL_OK.
  * When the device is out of memory, the allocation first gives back what it can (see
- * spool_oom_fn and the README): it trims this pool and the other spool pools on the device to
- * what they use, synchronizes the device before later retries (not while stream is being
- * captured), and may call the out-of-memory handler. These effects stay even when the
+ * spool_oom_fn and the README): it flushes the stream caches and trims this pool and the other
+ * spool pools on the device to what they use, synchronizes the device before later retries
+ * (none of this while stream is being captured), and may call the out-of-memory handler. These effects stay even when the
  * allocation fails in the end; they are the named exception to "a failed call leaves the pool
  * as it was". With poison=on the new buffer is filled with 0xA5 on stream.
  * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool or ptr NULL; stream belongs to another device than
