@@ -418,6 +418,37 @@ START_TEST(cache_flushed_on_oom) {
 }
 END_TEST
 
+/* Poisoning fails (an injected cudaMemsetAsync failure): the allocation fails and its block
+ * stays cached; the free fails and its buffer stays live; nothing is lost either way. */
+START_TEST(cache_poison_failures_lose_nothing) {
+  spool_pool *p = pool_with("poison=on");
+  cudaStream_t s = test_stream_create();
+  void *a = alloc_on(p, 4096, s);
+  CK_SPOOL(spool_free(p, a, s));
+  spool_stats before = test_stats(p);
+  cudasim_fail("cudaMemsetAsync", 1, cudaErrorUnknown);
+  void *b = TEST_SENTINEL;
+  CK_STATUS(spool_alloc(p, &b, 4096, s), SPOOL_ERR_CUDA);
+  ck_assert_ptr_null(b);
+  spool_stats st = test_stats(p);
+  ck_assert_uint_eq(st.bytes_cached, before.bytes_cached);
+  ck_assert_uint_eq(st.buffers_in_use, 0);
+  ck_assert_uint_eq(st.alloc_failures, 1);
+  b = alloc_on(p, 4096, s); /* the block is still there */
+  ck_assert_ptr_eq(b, a);
+  cudasim_fail("cudaMemsetAsync", 1, cudaErrorUnknown);
+  CK_STATUS(spool_free(p, b, s), SPOOL_ERR_CUDA);
+  CK_LAST_ERROR_HAS("stays allocated");
+  st = test_stats(p);
+  ck_assert_uint_eq(st.buffers_in_use, 1);
+  ck_assert_uint_eq(st.bytes_cached, 0);
+  CK_SPOOL(spool_free(p, b, s)); /* and can be freed after */
+  ck_assert_uint_eq(test_stats(p).buffers_in_use, 0);
+  test_pool_destroy(p);
+  test_stream_destroy(s);
+}
+END_TEST
+
 /* A stream destroyed before spool_stream_release: the capture check at the next allocation on it
  * finds out, and with track=full the one at a free. */
 START_TEST(cache_destroyed_stream_is_named) {
@@ -639,6 +670,7 @@ static Suite *cache_suite(void) {
   tcase_add_test(tc, cache_fence_not_passed_keeps_block);
   tcase_add_test(tc, cache_flushed_on_oom);
   tcase_add_test(tc, cache_destroyed_stream_is_named);
+  tcase_add_test(tc, cache_poison_failures_lose_nothing);
   suite_add_tcase(s, tc);
 #endif
   return s;
