@@ -459,8 +459,8 @@ SPOOL_EXPORT spool_status spool_pools_create_all(spool_pool **pools, int capacit
 SPOOL_EXPORT spool_status spool_pools_destroy_all(spool_pool **pools, int count);
 
 /* Finds the live spool pool that gave out ptr: ptr is the start of, or points inside, a live
- * buffer of *pool (a buffer imported with spool_import_pointer counts). Pools with track=off are
- * not searched: they do not know their buffers. It scans every pool (a lookup per pool for a
+ * buffer of *pool (a buffer imported with spool_import_pointer counts). Pools with track=off
+ * know only the buffers their stream caches served (cache=on, the default). It scans every pool (a lookup per pool for a
  * buffer's start, a pass over the live buffers for an interior pointer): meant for error paths
  * and tools, not for every allocation.
  * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool NULL); SPOOL_ERR_UNKNOWN_POINTER (no tracking pool
@@ -562,6 +562,8 @@ SPOOL_EXPORT spool_status spool_pool_import(int fd, spool_pool **pool);
 /* Fills *out with what another process needs to import the buffer at ptr
  * (cudaMemPoolExportPointer). ptr must be the start of a live buffer of pool (checked unless
  * track=off); it stays the exporter's, who frees it only after every importer has freed it.
+ * CUDA exports pointers only of a pool already shared: a pool never passed to spool_pool_export
+ * is exported once here (the descriptor closed at once).
  * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool, ptr or out NULL); SPOOL_ERR_UNSUPPORTED (pool not
  * shareable or imported); with track=counts or full, SPOOL_ERR_INTERIOR_POINTER,
  * SPOOL_ERR_WRONG_POOL or SPOOL_ERR_UNKNOWN_POINTER as spool_free says; SPOOL_ERR_CUDA. *out is
