@@ -348,6 +348,11 @@ START_TEST(pool_stats_report_trim) {
   p.reset_peaks();
   ck_assert_uint_eq(p.stats().bytes_in_use_peak, 0);
 
+  ck_assert_uint_eq(p.stats().bytes_cached, 4 * MiB); /* the stream's cache holds both */
+  p.release_stream(s);
+  st = p.stats();
+  ck_assert_uint_eq(st.bytes_cached, 0);
+  ck_assert_uint_eq(st.cache_flushes, 1);
   CK_CUDA(cudaStreamSynchronize(s));
   p.trim(0);
   p.trim();

@@ -369,6 +369,10 @@ class pool {
   void reset_peaks() { detail::check(spool_stats_reset_peaks(pool_)); }
   /* Gives reserved but unused memory back to the driver down to keep bytes (spool_trim). */
   void trim(std::size_t keep = 0) { detail::check(spool_trim(pool_, keep)); }
+  /* Gives stream's cached blocks back before the caller destroys it (spool_stream_release). */
+  void release_stream(cudaStream_t stream) {
+    detail::check(spool_stream_release(pool_, stream));
+  }
   /* The human report (spool_report); out is the caller's. */
   void report(std::FILE *out = stdout) const { detail::check(spool_report(pool_, out)); }
   /* The leak report of the live buffers (spool_leaks). */
