@@ -135,7 +135,7 @@ bool child_work(const job &j, int fd, answer *a) {
   ok = ok && SPOOL_OK_(who, spool_free(pool, ptr, s));
   // The importer's free must be complete before the exporter frees: synchronize, then answer.
   ok = ok && CUDA_OK(who, cudaStreamSynchronize(s));
-  if (s) cudaStreamDestroy(s);
+  if (s) ok = CUDA_OK(who, cudaStreamDestroy(s)) && ok;
   if (pool && spool_pool_destroy(pool) != SPOOL_OK) ok = false; // frees what a failure left
   std::snprintf(a->words, sizeof a->words, "%s", ok ? "doubled and freed" : spool_last_error());
   a->ok = ok;
@@ -198,7 +198,7 @@ int parent_work(int sock, size_t count, int child_device) {
   if (buf) ok = SPOOL_OK_(who, spool_free(pool, buf, s)) && ok; // after the child's free
   if (s) {
     ok = CUDA_OK(who, cudaStreamSynchronize(s)) && ok;
-    cudaStreamDestroy(s);
+    ok = CUDA_OK(who, cudaStreamDestroy(s)) && ok;
   }
   if (ok) spool_report(pool, stdout);
   ok = SPOOL_OK_(who, spool_pool_destroy(pool)) && ok;
