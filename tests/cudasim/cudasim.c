@@ -1092,7 +1092,13 @@ static cudaError_t do_memset(void *ptr, int value, size_t n) {
   return cudaSuccess;
 }
 
-/* Checks a copy; in_range says which device memory it may touch. */
+/* Pool memory of another device that the current device has no access to (defined with the
+ * issue 6 section at the end). */
+static int sim6_unmapped_here(const void *ptr, size_t n);
+
+/* Checks a copy; in_range says which device memory it may touch. A copy of pool memory with a
+ * current device the pool gives no access fails with cudaErrorInvalidValue, whatever the stream,
+ * as the H200 showed: pool memory is mapped only where the pool grants access. */
 static cudaError_t memcpy_check(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
                                 int (*in_range)(const void *, size_t)) {
   int dst_dev, src_dev;
@@ -1107,6 +1113,8 @@ static cudaError_t memcpy_check(void *dst, const void *src, size_t n, enum cudaM
   if (n == 0)
     return cudaSuccess;
   if (!dst || !src || (dst_dev && !in_range(dst, n)) || (src_dev && !in_range(src, n)))
+    return cudaErrorInvalidValue;
+  if ((dst_dev && sim6_unmapped_here(dst, n)) || (src_dev && sim6_unmapped_here(src, n)))
     return cudaErrorInvalidValue;
   return cudaSuccess;
 }
@@ -3335,6 +3343,12 @@ static cudaError_t sim6_kernel(cudaStream_t h, const void *ptr, size_t n, int wr
   }
   enqueue(s);
   return cudaSuccess;
+}
+
+static int sim6_unmapped_here(const void *ptr, size_t n) {
+  int device = -1;
+  struct CUmemPoolHandle_st *p = sim6_owner(ptr, n, &device);
+  return p && device != t.device && p->access[t.device] == cudaMemAccessFlagsProtNone;
 }
 
 cudaError_t cudasim_kernel(cudaStream_t s, const void *ptr, size_t bytes, int write) {
