@@ -28,10 +28,13 @@
  *   stream, and with several streams may count a stream at its high of its last few operations.
  *
  * Locks: the pool's lock may be held when a cache's lock is taken, never the other way round. */
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
+
 #include "internal.h"
 
 #include <inttypes.h>
 #include <sched.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,12 +71,65 @@ static SPOOL__NOINLINE void lock_slow(spool__scache *c) {
   } while (atomic_exchange_explicit(&c->lock, 1, memory_order_acquire));
 }
 
-static inline void lock(spool__scache *c) {
-  if (atomic_exchange_explicit(&c->lock, 1, memory_order_acquire)) lock_slow(c);
+static uint64_t my_thread(void);
+
+/* Takes the cache from its owner (see enter): no owner any more, then the process-wide barrier,
+ * after which the owner either sees that it owns nothing or is seen inside, and is waited for.
+ * Under c's lock. */
+static SPOOL__NOINLINE void revoke(spool__scache *c) {
+  atomic_store_explicit(&c->owner, 0, memory_order_relaxed);
+  if (!spool__barrier_all()) {
+    /* Never seen after a successful registration; a pause lets any store in flight land. */
+    struct timespec ms = {0, 1000000};
+    nanosleep(&ms, NULL);
+  }
+  while (atomic_load_explicit(&c->inside, memory_order_acquire)) sched_yield();
 }
 
+static inline void lock(spool__scache *c) {
+  if (atomic_exchange_explicit(&c->lock, 1, memory_order_acquire)) lock_slow(c);
+  uint64_t owner = atomic_load_explicit(&c->owner, memory_order_relaxed);
+  if (owner != 0 && owner != my_thread()) revoke(c);
+}
+
+/* Locked operations by one thread many times in a row make it the owner again (a stats read or
+ * another thread's visit cost it the ownership). */
+#define OWNER_STREAK 64
+
 static inline void unlock(spool__scache *c) {
+  uint64_t me = my_thread();
+  if (c->streak_thread != me) {
+    c->streak_thread = me;
+    c->streak = 0;
+  } else if (++c->streak == OWNER_STREAK && c->may_own) {
+    atomic_store_explicit(&c->owner, me, memory_order_relaxed);
+  }
   atomic_store_explicit(&c->lock, 0, memory_order_release);
+}
+
+/* How a thread holds a cache: its lock, or as the cache's owner. */
+typedef enum { HELD_LOCK, HELD_OWNER } held;
+
+/* The owner's way in takes no atomic read-modify-write and no fence: it says it is inside, then
+ * checks that it still owns the cache. A thread that takes ownership away (revoke) clears it and
+ * runs a barrier on every CPU of the process before it looks at `inside`: whichever side of that
+ * barrier the owner's check falls, either the owner sees it lost the cache, or its `inside` is
+ * seen and waited for. */
+static inline held enter(spool__scache *c) {
+  uint64_t me = my_thread();
+  if (atomic_load_explicit(&c->owner, memory_order_relaxed) == me) {
+    atomic_store_explicit(&c->inside, 1, memory_order_relaxed);
+    atomic_signal_fence(memory_order_seq_cst); /* the compiler keeps the store before the load */
+    if (atomic_load_explicit(&c->owner, memory_order_relaxed) == me) return HELD_OWNER;
+    atomic_store_explicit(&c->inside, 0, memory_order_release);
+  }
+  lock(c);
+  return HELD_LOCK;
+}
+
+static inline void leave(spool__scache *c, held h) {
+  if (h == HELD_OWNER) atomic_store_explicit(&c->inside, 0, memory_order_release);
+  else unlock(c);
 }
 
 /* ---- finding a stream's cache ------------------------------------------------------------- */
@@ -118,6 +174,8 @@ static SPOOL__NOINLINE spool_status cache_of_slow(spool_pool *p, cudaStream_t ke
   if (!c && (c = spool__zalloc_aligned(sizeof *c)) != NULL) {
     c->stream = key;
     c->thread = thread;
+    c->may_own = p->cfg.cache_owner && spool__barrier_available();
+    if (c->may_own) atomic_store_explicit(&c->owner, my_thread(), memory_order_relaxed);
     c->next = p->caches;
     p->caches = c;
   }
@@ -405,7 +463,7 @@ bool spool__cache_alloc(spool_pool *p, void **ptr, size_t size, cudaStream_t str
   *s = device_ok(p, c, stream); /* after the capture check: it would break a capture */
   if (*s != SPOOL_OK) return true;
   unsigned cls = class_of(size);
-  lock(c);
+  held h = enter(c);
   uintptr_t u = pop(c, cls);
   if (u && !p->cfg.poison) {
     spool__buffer *b = spool__table_lookup(&c->blocks, u);
@@ -413,7 +471,7 @@ bool spool__cache_alloc(spool_pool *p, void **ptr, size_t size, cudaStream_t str
     c->c.bytes_cached -= b->bytes;
     make_live(p, c, b, size, stream, site);
   }
-  unlock(c);
+  leave(c, h);
   if (u && p->cfg.poison) *s = hit_poisoned(p, c, u, size, stream, site);
   else if (!u) *s = miss(p, c, ptr, size, stream, site);
   if (u && *s == SPOOL_OK) *ptr = (void *)u;
@@ -472,11 +530,11 @@ static spool_status release_slow(spool_pool *p, spool__scache *c, spool__buffer 
 static SPOOL__NOINLINE spool_status free_live_slow(spool_pool *p, spool__scache *c,
                                                   spool__buffer *b, cudaStream_t stream,
                                                   const spool__site *site, bool capturing,
-                                                  bool pool_locked) {
+                                                  held h, bool pool_locked) {
   if (capturing) {
     /* CUDA refuses to free in a graph what the graph did not allocate, and the refusal breaks
      * the capture; a cache would hand the block out before the graph ever ran. */
-    unlock(c);
+    leave(c, h);
     return spool__fail(SPOOL_ERR_INVALID,
                        "%s: %p was allocated outside the capture that stream %p is in; freeing "
                        "it inside would break the capture (a graph frees only what it "
@@ -486,23 +544,23 @@ static SPOOL__NOINLINE spool_status free_live_slow(spool_pool *p, spool__scache 
   spool__buffer gone;
   bool buried = false;
   spool_status s = release_slow(p, c, b, stream, site, &gone, &buried);
-  unlock(c);
+  leave(c, h);
   if (buried && pool_locked) spool__grave_bury(&p->graves, &gone);
   else if (buried) spool__bury(p, &gone, site);
   return s;
 }
 
-/* Frees the live block b of c's table. Under c's lock; drops it. With the pool's lock held
+/* Frees the live block b of c's table. c is held as h; leaves it. With the pool's lock held
  * (pool_locked), the record of a block given to the pool is buried at once. */
 static inline spool_status free_live(spool_pool *p, spool__scache *c, spool__buffer *b,
                                      cudaStream_t stream, const spool__site *site,
-                                     bool capturing, bool pool_locked) {
+                                     bool capturing, held h, bool pool_locked) {
   if (!capturing && !p->cfg.poison && !over_limit(p, c, b->bytes) &&
       to_bin(p, c, b, stream, site)) {
-    unlock(c);
+    leave(c, h);
     return SPOOL_OK;
   }
-  return free_live_slow(p, c, b, stream, site, capturing, pool_locked);
+  return free_live_slow(p, c, b, stream, site, capturing, h, pool_locked);
 }
 
 /* Capture state of the freeing stream. Asked only with track=full: a correct program never
@@ -523,14 +581,14 @@ spool__free_result spool__cache_free(spool_pool *p, void *ptr, cudaStream_t stre
   *s = cache_of(p, stream, &c, FREE);
   if (*s == SPOOL_OK) *s = free_capturing(p, stream, &capturing);
   if (*s != SPOOL_OK) return SPOOL__FREE_DONE;
-  lock(c);
+  held h = enter(c);
   spool__buffer *b = spool__table_lookup(&c->blocks, (uintptr_t)ptr);
   if (!b || b->state == SPOOL__CACHED) {
     if (b) *dead = *b;
-    unlock(c);
+    leave(c, h);
     return b ? SPOOL__FREE_CACHED : SPOOL__FREE_PASS;
   }
-  *s = free_live(p, c, b, stream, site, capturing, false);
+  *s = free_live(p, c, b, stream, site, capturing, h, false);
   return SPOOL__FREE_DONE;
 }
 
@@ -578,7 +636,8 @@ spool__free_result spool__cache_free_moved(spool_pool *p, void *ptr, cudaStream_
     if (*s == SPOOL_OK) {
       c->c.bytes_in_use += b.size;
       c->c.buffers_in_use++;
-      *s = free_live(p, c, spool__table_lookup(&c->blocks, b.ptr), stream, site, capturing, true);
+      *s = free_live(p, c, spool__table_lookup(&c->blocks, b.ptr), stream, site, capturing,
+                     HELD_LOCK, true);
     } else {
       unlock(c);
       /* No host memory to keep the record: the block goes to the pool, unrecorded. */

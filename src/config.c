@@ -415,6 +415,8 @@ static const spool__key spool__keys[] = {
      "largest allocation the caches serve; larger ones go to the pool"},
     {"capture_check", &spool__type_bool, SPOOL__AT(capture_check), NULL,
      "ask whether the stream is being captured before using its cache"},
+    {"cache_owner", &spool__type_bool, SPOOL__AT(cache_owner), NULL,
+     "a stream's cache used by one thread takes no lock on that thread's path"},
     {"ipc", &spool__type_choice, SPOOL__AT(ipc), spool__ipc_choices, /* issue 6 */
      "none, or posix_fd: the pool can be shared with other processes"},
 };
@@ -630,6 +632,7 @@ void spool_config_init(spool_config *cfg) {
   cfg->cache_limit = SPOOL_CACHE_LIMIT_DEFAULT;
   cfg->cache_max_block = SPOOL_CACHE_MAX_BLOCK_DEFAULT;
   cfg->capture_check = true;
+  cfg->cache_owner = true;
   cfg->ipc = SPOOL_IPC_NONE; /* issue 6 */
 }
 

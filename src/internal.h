@@ -205,6 +205,14 @@ typedef struct spool__cache_counters {
  * pointers to it in their lookup slots. */
 typedef struct spool__scache {
   alignas(SPOOL__CACHE_LINE) atomic_int lock; /* a line of its own: caches sit side by side */
+  /* The owning thread (cache_bias): it works on the cache without the lock while `owner` names
+   * it, flagging itself in `inside`; any other thread takes the lock, clears `owner`, runs a
+   * process-wide barrier and waits for `inside` to drop (cache.c, barrier.c). 0: no owner. */
+  atomic_uint_fast64_t owner;
+  atomic_int inside;
+  uint64_t streak_thread; /* the thread that took the lock last, and how many times in a row: */
+  uint32_t streak;        /* a long streak makes it the owner again */
+  bool may_own;           /* cache_owner=on and the barrier works here */
   cudaStream_t stream;     /* the handle it is for; the legacy stream is always NULL */
   uint64_t thread;         /* cudaStreamPerThread: the owning thread's number; else 0 */
   spool__table blocks;     /* every block the stream holds, live or cached */
@@ -351,6 +359,14 @@ spool_status spool__cache_destroy(spool_pool *pool);
 
 /* The pool-wide totals: the uncached path's changes, published at once. */
 void spool__totals_add(spool_pool *pool, int64_t bytes, int64_t buffers);
+
+/* ---- barrier.c ---------------------------------------------------------------------------- */
+
+/* Whether spool__barrier_all works in this process (registers for it on the first call). */
+bool spool__barrier_available(void);
+/* A full memory barrier on every CPU running a thread of this process; false if it failed
+ * (then the caller must not rely on it). Only after spool__barrier_available said true. */
+bool spool__barrier_all(void);
 
 /* ---- capture.c ---------------------------------------------------------------------------- */
 

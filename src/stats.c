@@ -111,9 +111,12 @@ static void report_config(const spool_pool *p, FILE *out) {
           (unsigned)c->track < 3 ? tracks[c->track] : "?", c->poison ? "on" : "off",
           c->oom_retries);
   char l[SPOOL__SIZE_TEXT], b[SPOOL__SIZE_TEXT];
-  fprintf(out, "             cache=%s cache_limit=%s cache_max_block=%s capture_check=%s\n",
+  fprintf(out, "             cache=%s cache_limit=%s cache_max_block=%s capture_check=%s "
+               "cache_owner=%s%s\n",
           c->cache ? "on" : "off", spool__format_size(c->cache_limit, l),
-          spool__format_size(c->cache_max_block, b), c->capture_check ? "on" : "off");
+          spool__format_size(c->cache_max_block, b), c->capture_check ? "on" : "off",
+          c->cache_owner ? "on" : "off",
+          c->cache_owner && !spool__barrier_available() ? " (no barrier here: locks)" : "");
   fprintf(out, "             peer_access=[");
   for (int i = 0; i < c->peer_access_count; i++)
     fprintf(out, "%s%d", i ? "," : "", c->peer_access[i]);

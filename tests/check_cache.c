@@ -8,6 +8,7 @@
 #include "test_main.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 static spool_pool *pool_with(const char *text) {
   spool_config cfg = test_config();
@@ -636,6 +637,112 @@ START_TEST(cache_threads_own_streams) {
 }
 END_TEST
 
+#ifdef SPOOL_TEST_SIM
+/* Ownership handed back and forth: threads share two streams (each cache is taken from its
+ * owner again and again) next to their own, a reader takes stats all the while (it takes every
+ * cache from its owner), and every buffer carries its owner's stamp at both ends, checked before
+ * its free: cudasim's device memory is host memory, so a block handed to two threads at once
+ * would show as a broken stamp. */
+enum { OWN_THREADS = 6, OWN_ROUNDS = 20000 };
+
+typedef struct owner_worker {
+  spool_pool *pool;
+  cudaStream_t own, shared[2];
+  uint64_t seed, id;
+  long broken;
+  spool_status status;
+} owner_worker;
+
+typedef struct stamped {
+  uint64_t *p;
+  size_t words;
+  uint64_t stamp;
+  cudaStream_t stream;
+} stamped;
+
+static void stamp_check(owner_worker *w, const stamped *b) {
+  if (b->p[0] != b->stamp || b->p[b->words - 1] != b->stamp) w->broken++;
+}
+
+static cudaStream_t pick(owner_worker *w) {
+  uint64_t r = test_rand(&w->seed) % 4;
+  return r < 2 ? w->shared[r] : w->own;
+}
+
+static void *owner_work(void *arg) {
+  owner_worker *w = arg;
+  stamped live[4] = {{0}};
+  for (uint64_t i = 0; i < OWN_ROUNDS && w->status == SPOOL_OK; i++) {
+    stamped *b = &live[test_rand(&w->seed) % 4];
+    if (b->p) {
+      stamp_check(w, b);
+      w->status = spool_free(w->pool, b->p, test_rand(&w->seed) % 2 ? b->stream : pick(w));
+      b->p = NULL;
+    }
+    if (w->status != SPOOL_OK) break;
+    size_t bytes = 64 + (size_t)(test_rand(&w->seed) % (8 * KiB));
+    b->stream = pick(w);
+    w->status = spool_alloc(w->pool, (void **)&b->p, bytes, b->stream);
+    if (w->status != SPOOL_OK) break;
+    b->words = bytes / sizeof(uint64_t);
+    b->stamp = w->id << 32 | i;
+    b->p[0] = b->p[b->words - 1] = b->stamp;
+  }
+  for (int k = 0; k < 4; k++)
+    if (live[k].p && w->status == SPOOL_OK) {
+      stamp_check(w, &live[k]);
+      w->status = spool_free(w->pool, live[k].p, live[k].stream);
+    }
+  return NULL;
+}
+
+typedef struct reader {
+  spool_pool *pool;
+  atomic_int stop;
+  long reads;
+} reader;
+
+static void *read_stats(void *arg) {
+  reader *r = arg;
+  spool_stats st;
+  while (!atomic_load(&r->stop))
+    if (spool_stats_get(r->pool, &st) == SPOOL_OK) r->reads++;
+  return NULL;
+}
+
+START_TEST(cache_owners_handed_back_and_forth) {
+  spool_pool *p = pool_with(NULL);
+  cudaStream_t shared[2] = {test_stream_create(), test_stream_create()};
+  owner_worker w[OWN_THREADS];
+  pthread_t t[OWN_THREADS], rt;
+  reader r = {.pool = p};
+  atomic_init(&r.stop, 0);
+  ck_assert_int_eq(pthread_create(&rt, NULL, read_stats, &r), 0);
+  for (int i = 0; i < OWN_THREADS; i++) {
+    w[i] = (owner_worker){p, test_stream_create(), {shared[0], shared[1]},
+                          (uint64_t)i * 104729 + 7, (uint64_t)i + 1, 0, SPOOL_OK};
+    ck_assert_int_eq(pthread_create(&t[i], NULL, owner_work, &w[i]), 0);
+  }
+  for (int i = 0; i < OWN_THREADS; i++) ck_assert_int_eq(pthread_join(t[i], NULL), 0);
+  atomic_store(&r.stop, 1);
+  ck_assert_int_eq(pthread_join(rt, NULL), 0);
+  for (int i = 0; i < OWN_THREADS; i++) {
+    CK_STATUS(w[i].status, SPOOL_OK);
+    ck_assert_msg(w[i].broken == 0, "thread %d: %ld stamps broken", i, w[i].broken);
+  }
+  spool_stats st = test_stats(p);
+  ck_assert_uint_eq(st.allocs, (uint64_t)OWN_THREADS * OWN_ROUNDS);
+  ck_assert_uint_eq(st.frees, st.allocs);
+  ck_assert_uint_eq(st.buffers_in_use, 0);
+  ck_assert_int_gt(r.reads, 0);
+  test_pool_destroy(p);
+  for (int i = 0; i < OWN_THREADS; i++) test_stream_destroy(w[i].own);
+  test_stream_destroy(shared[0]);
+  test_stream_destroy(shared[1]);
+}
+END_TEST
+#endif
+
 static Suite *cache_suite(void) {
   Suite *s = suite_create("cache");
   TCase *tc = test_tcase("hits");
@@ -671,6 +778,7 @@ static Suite *cache_suite(void) {
   tcase_add_test(tc, cache_flushed_on_oom);
   tcase_add_test(tc, cache_destroyed_stream_is_named);
   tcase_add_test(tc, cache_poison_failures_lose_nothing);
+  tcase_add_test(tc, cache_owners_handed_back_and_forth);
   suite_add_tcase(s, tc);
 #endif
   return s;

@@ -247,9 +247,10 @@ static void round_trip(const spool_config *cfg);
 
 START_TEST(test_key_cache) {
   spool_config cfg = parsed("cache=off, cache_limit=2GiB, cache_max_block=1.5MiB, "
-                            "capture_check=off");
+                            "capture_check=off, cache_owner=off");
   ck_assert(!cfg.cache);
   ck_assert(!cfg.capture_check);
+  ck_assert(!cfg.cache_owner);
   ck_assert_uint_eq(cfg.cache_limit, (uint64_t)2 << 30);
   ck_assert_uint_eq(cfg.cache_max_block, (uint64_t)3 << 19);
   ck_assert_uint_eq(parsed("cache_limit=0").cache_limit, 0); /* caches nothing */
@@ -503,7 +504,7 @@ START_TEST(test_error_unknown_key) {
   /* nothing close: the message lists the keys */
   parse_fails("colour=blue", "config line 1: unknown key 'colour' (valid keys: device, ",
               "release_threshold", "oom_retries, poison, cache, cache_limit, cache_max_block, "
-              "capture_check, ipc)");
+              "capture_check, cache_owner, ipc)");
   parse_fails("dev=1", "unknown key 'dev' (valid keys:", NULL, NULL);
   /* keys are case-sensitive, and a long key is cut in the message */
   parse_fails("DEVICE=1", "did you mean 'device'?", NULL, NULL);
@@ -960,6 +961,7 @@ START_TEST(test_format_defaults) {
                                "cache_limit=1073741824\n"
                                "cache_max_block=67108864\n"
                                "capture_check=on\n"
+                               "cache_owner=on\n"
                                "ipc=none\n";
   char buf[1024];
   spool_config cfg;
@@ -1057,7 +1059,7 @@ START_TEST(test_format_too_small) {
   spool_config_init(&cfg);
   memset(buf, 'x', sizeof buf);
   ck_assert_int_eq(spool_config_format(&cfg, buf, sizeof buf), SPOOL_ERR_INVALID);
-  ck_assert_ptr_nonnull(strstr(spool_last_error(), "buf has 32 bytes, the text needs 309"));
+  ck_assert_ptr_nonnull(strstr(spool_last_error(), "buf has 32 bytes, the text needs 324"));
   ck_assert_int_eq(buf[0], 'x'); /* untouched on failure */
   ck_assert_int_eq(spool_config_format(&cfg, buf, 0), SPOOL_ERR_INVALID);
 }

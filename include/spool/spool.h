@@ -166,6 +166,11 @@ typedef struct spool_config {
                                        the cache if so: a reused pointer would be baked into the
                                        graph. Default on; off only for code that never
                                        captures. */
+  bool cache_owner;                 /* a stream's cache used by one thread belongs to it: that
+                                       thread takes no lock on a hit or a free (another thread
+                                       takes the cache back with a process-wide barrier, Linux
+                                       membarrier). Default on; where the barrier is missing,
+                                       every cache takes its lock. */
   spool_ipc ipc;                    /* key `ipc`: none | posix_fd. Default none. posix_fd needs
                                        pool=own and release_threshold=max. */
 } spool_config;
