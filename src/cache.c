@@ -78,6 +78,7 @@ static uint64_t my_thread(void);
  * Under c's lock. */
 static SPOOL__NOINLINE void revoke(spool__scache *c) {
   atomic_store_explicit(&c->owner, 0, memory_order_relaxed);
+  if (c->revokes < 16) c->revokes++;
   if (!spool__barrier_all()) {
     /* Never seen after a successful registration; a pause lets any store in flight land. */
     struct timespec ms = {0, 1000000};
@@ -92,19 +93,26 @@ static inline void lock(spool__scache *c) {
   if (owner != 0 && owner != my_thread()) revoke(c);
 }
 
-/* Locked operations by one thread many times in a row make it the owner again (a stats read or
- * another thread's visit cost it the ownership). */
+static inline void unlock(spool__scache *c) {
+  atomic_store_explicit(&c->lock, 0, memory_order_release);
+}
+
+/* Hits and frees by one thread under the lock many times in a row make it the owner again (a
+ * stats read or another thread's visit cost it the ownership). Each time a cache is taken back
+ * the streak it needs doubles (up to 2^16 times), so that a cache that other threads keep
+ * visiting (frees from other streams, a monitor polling stats) settles on its lock instead of a
+ * barrier per visit. Under c's lock. */
 #define OWNER_STREAK 64
 
-static inline void unlock(spool__scache *c) {
+static inline void count_streak(spool__scache *c) {
   uint64_t me = my_thread();
   if (c->streak_thread != me) {
     c->streak_thread = me;
     c->streak = 0;
-  } else if (++c->streak == OWNER_STREAK && c->may_own) {
+  } else if (c->may_own && ++c->streak >= (uint64_t)OWNER_STREAK << c->revokes) {
     atomic_store_explicit(&c->owner, me, memory_order_relaxed);
+    c->streak = 0;
   }
-  atomic_store_explicit(&c->lock, 0, memory_order_release);
 }
 
 /* How a thread holds a cache: its lock, or as the cache's owner. */
@@ -128,8 +136,12 @@ static inline held enter(spool__scache *c) {
 }
 
 static inline void leave(spool__scache *c, held h) {
-  if (h == HELD_OWNER) atomic_store_explicit(&c->inside, 0, memory_order_release);
-  else unlock(c);
+  if (h == HELD_OWNER) {
+    atomic_store_explicit(&c->inside, 0, memory_order_release);
+  } else {
+    count_streak(c);
+    unlock(c);
+  }
 }
 
 /* ---- finding a stream's cache ------------------------------------------------------------- */

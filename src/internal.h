@@ -210,8 +210,9 @@ typedef struct spool__scache {
    * process-wide barrier and waits for `inside` to drop (cache.c, barrier.c). 0: no owner. */
   atomic_uint_fast64_t owner;
   atomic_int inside;
-  uint64_t streak_thread; /* the thread that took the lock last, and how many times in a row: */
-  uint32_t streak;        /* a long streak makes it the owner again */
+  uint64_t streak_thread; /* the thread that took the lock last on a hit or free, and how many */
+  uint64_t streak;        /* times in a row: a long streak makes it the owner again */
+  uint32_t revokes;       /* times the cache was taken back (up to 16): the streak needed grows */
   bool may_own;           /* cache_owner=on and the barrier works here */
   cudaStream_t stream;     /* the handle it is for; the legacy stream is always NULL */
   uint64_t thread;         /* cudaStreamPerThread: the owning thread's number; else 0 */
