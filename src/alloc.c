@@ -119,7 +119,7 @@ spool_status spool__record_alloc(spool_pool *p, void *ptr, size_t size, cudaStre
   return s;
 }
 
-static spool_status alloc_impl(spool_pool *pool, void **ptr, size_t size, cudaStream_t stream,
+spool_status spool__alloc_site(spool_pool *pool, void **ptr, size_t size, cudaStream_t stream,
                                const spool__site *site) {
   if (ptr) *ptr = NULL;
   if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", ALLOC);
@@ -163,20 +163,20 @@ static spool_status alloc_impl(spool_pool *pool, void **ptr, size_t size, cudaSt
 }
 
 spool_status spool_alloc(spool_pool *pool, void **ptr, size_t size, cudaStream_t stream) {
-  static const spool__site none = {NULL, NULL, 0};
-  return alloc_impl(pool, ptr, size, stream, &none);
+  static const spool__site none = {NULL, NULL, 0, 0};
+  return spool__alloc_site(pool, ptr, size, stream, &none);
 }
 
 spool_status spool_alloc_at(spool_pool *pool, void **ptr, size_t size, cudaStream_t stream,
                             const char *file, int line) {
-  spool__site site = {file, NULL, line};
-  return alloc_impl(pool, ptr, size, stream, &site);
+  spool__site site = {file, NULL, line, 0};
+  return spool__alloc_site(pool, ptr, size, stream, &site);
 }
 
 spool_status spool_alloc_tagged(spool_pool *pool, void **ptr, size_t size, cudaStream_t stream,
                                 const char *tag) {
-  spool__site site = {NULL, tag, 0};
-  return alloc_impl(pool, ptr, size, stream, &site);
+  spool__site site = {NULL, tag, 0, 0};
+  return spool__alloc_site(pool, ptr, size, stream, &site);
 }
 
 /* ---- a free that must not reach the driver ------------------------------------------------ */
@@ -217,6 +217,11 @@ static spool_status refuse_free(spool_pool *p, void *ptr, const spool__site *sit
   spool__owner owner;
   spool__site_text(site, here, sizeof here);
   freed_note(r, note, sizeof note);
+  /* issue 5: a batch's sub-buffer or a scope's piece is named as such */
+  spool_status named = SPOOL_OK;
+  if (r->inside) named = spool__batch_refusal(ptr, &r->inside_buf, here);
+  if (r->inside && named == SPOOL_OK) named = spool__scope_refusal(ptr, &r->inside_buf, here);
+  if (named != SPOOL_OK) return named;
   if (r->inside)
     return spool__fail(SPOOL_ERR_INTERIOR_POINTER,
                        "%s: %p points %" PRIuPTR " bytes into buffer %s; free the buffer's start "
@@ -336,10 +341,8 @@ static SPOOL__NOINLINE spool_status free_slow(spool_pool *pool, void *ptr, cudaS
 
 /* Where a free goes: the stream's cache, the pool's table, another stream's cache; else it is
  * refused. With track=off the driver judges what no cache knows. */
-static spool_status free_impl(spool_pool *pool, void *ptr, cudaStream_t stream,
-                              const spool__site *site) {
-  if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", FREE);
-  if (!ptr) return SPOOL_OK;
+spool_status spool__free_plain(spool_pool *pool, void *ptr, cudaStream_t stream,
+                               const spool__site *site) {
   spool_status s = SPOOL_OK;
   spool__buffer dead; /* filled only when ptr sits freed in a cache */
   spool__free_result fr = SPOOL__FREE_PASS;
@@ -348,15 +351,27 @@ static spool_status free_impl(spool_pool *pool, void *ptr, cudaStream_t stream,
   return free_slow(pool, ptr, stream, site, fr, &dead);
 }
 
+spool_status spool__free_site(spool_pool *pool, void *ptr, cudaStream_t stream,
+                              const spool__site *site) {
+  if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", FREE);
+  if (!ptr) return SPOOL_OK;
+  spool_status s;
+  /* issue 5: a buffer with recorded streams (spool_record_stream) goes the hand-off way */
+  if (atomic_load_explicit(&pool->handoff_any, memory_order_relaxed) &&
+      spool__handoff_free(pool, ptr, stream, site, &s))
+    return s;
+  return spool__free_plain(pool, ptr, stream, site);
+}
+
 spool_status spool_free(spool_pool *pool, void *ptr, cudaStream_t stream) {
-  static const spool__site none = {NULL, NULL, 0};
-  return free_impl(pool, ptr, stream, &none);
+  static const spool__site none = {NULL, NULL, 0, 0};
+  return spool__free_site(pool, ptr, stream, &none);
 }
 
 spool_status spool_free_at(spool_pool *pool, void *ptr, cudaStream_t stream, const char *file,
                            int line) {
-  spool__site site = {file, NULL, line};
-  return free_impl(pool, ptr, stream, &site);
+  spool__site site = {file, NULL, line, 0};
+  return spool__free_site(pool, ptr, stream, &site);
 }
 
 /* ---- trim ----------------------------------------------------------------------------------- */
