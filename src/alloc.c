@@ -100,13 +100,15 @@ void spool__bury(spool_pool *pool, const spool__buffer *b, const spool__site *si
   pthread_mutex_unlock(&pool->lock);
 }
 
-/* Enters the new buffer in the table (unless track=off) and the counters. */
-spool_status spool__record_alloc(spool_pool *p, void *ptr, size_t size, cudaStream_t stream,
-                                 const spool__site *site) {
+/* Enters the new buffer in the table (unless track=off) and the counters; graph: it was
+ * allocated during a capture (issue 5). */
+static spool_status record(spool_pool *p, void *ptr, size_t size, cudaStream_t stream,
+                           const spool__site *site, bool graph) {
   spool_status s = SPOOL_OK;
   spool_track track = p->cfg.track;
   /* Keeping the caller's site costs a copy; only the age's clock read is left to track=full. */
-  spool__buffer b = {.ptr = (uintptr_t)ptr, .size = size, .stream = stream, .born = *site};
+  spool__buffer b = {.ptr = (uintptr_t)ptr, .size = size, .stream = stream, .born = *site,
+                     .graph = graph};
   if (track == SPOOL_TRACK_FULL) b.born_ns = spool__now_ns();
   b.seq = atomic_fetch_add(&p->seq, 1) + 1;
   pthread_mutex_lock(&p->lock);
@@ -117,6 +119,11 @@ spool_status spool__record_alloc(spool_pool *p, void *ptr, size_t size, cudaStre
   if (s == SPOOL_OK) count_alloc(p, size, track != SPOOL_TRACK_OFF);
   pthread_mutex_unlock(&p->lock);
   return s;
+}
+
+spool_status spool__record_alloc(spool_pool *p, void *ptr, size_t size, cudaStream_t stream,
+                                 const spool__site *site) {
+  return record(p, ptr, size, stream, site, false);
 }
 
 spool_status spool__alloc_site(spool_pool *pool, void **ptr, size_t size, cudaStream_t stream,
@@ -150,7 +157,7 @@ spool_status spool__alloc_site(spool_pool *pool, void **ptr, size_t size, cudaSt
     if (s != SPOOL_OK) undo_alloc(p, stream, s);
   }
   if (s == SPOOL_OK) {
-    s = spool__record_alloc(pool, p, size, stream, site);
+    s = record(pool, p, size, stream, site, capturing);
     /* Untracked memory could never be freed through spool: give it back now. */
     if (s != SPOOL_OK) undo_alloc(p, stream, s);
   }
@@ -284,13 +291,34 @@ static cudaError_t release_locked(spool_pool *pool, spool__buffer *b, cudaStream
   return err;
 }
 
+/* issue 5: a free during a capture of memory the capture did not allocate. CUDA would refuse it
+ * and invalidate the capture; spool refuses it first, and the capture goes on. */
+static spool_status refuse_in_capture(void *ptr, cudaStream_t stream) {
+  return spool__fail(SPOOL_ERR_INVALID,
+                     "%s: %p was allocated outside the capture that stream %p is in; freeing "
+                     "it inside would break the capture (a graph frees only what it "
+                     "allocated): free it after cudaStreamEndCapture; nothing was freed", FREE,
+                     ptr, (void *)stream);
+}
+
 /* The pool's own table (buffers of the uncached path), under its lock. 1 when ptr was there. */
 static int free_tracked(spool_pool *pool, void *ptr, cudaStream_t stream, const spool__site *site,
                         spool_status *s) {
   spool__buffer b;
   cudaError_t err = cudaSuccess;
   const char *api = "cudaFreeAsync";
+  bool capturing = false; /* about 20 ns, against the microsecond of cudaFreeAsync */
+  if (pool->cfg.capture_check) {
+    *s = spool__stream_capturing(stream, &capturing, FREE);
+    if (*s != SPOOL_OK) return 1;
+  }
   pthread_mutex_lock(&pool->lock);
+  const spool__buffer *rec = capturing ? spool__table_find(&pool->live, (uintptr_t)ptr) : NULL;
+  if (rec && !rec->graph) {
+    pthread_mutex_unlock(&pool->lock);
+    *s = refuse_in_capture(ptr, stream);
+    return 1;
+  }
   int found = spool__table_remove(&pool->live, (uintptr_t)ptr, &b);
   if (found) err = release_locked(pool, &b, stream, site, &api);
   pthread_mutex_unlock(&pool->lock);

@@ -96,6 +96,8 @@ typedef struct spool__buffer {
   uint64_t tick;        /* stream caches: the cache's free count when the block was cached */
   uint16_t cls;         /* stream caches: the size class */
   uint8_t state;        /* stream caches: SPOOL__LIVE or SPOOL__CACHED */
+  uint8_t graph;        /* issue 5: allocated during a stream capture: a graph allocation,
+                           which only a free in the graph (or after its launch) may free */
 } spool__buffer;
 
 enum { SPOOL__LIVE = 0, SPOOL__CACHED = 1 };

@@ -310,8 +310,15 @@ SPOOL_EXPORT spool_status spool_alloc_tagged(spool_pool *pool, void **ptr, size_
  * far is done, and at once by later allocations on the same stream. The stream need not be the
  * one ptr was allocated on. NULL ptr: SPOOL_OK, nothing done. With poison=on the buffer is first
  * overwritten with 0xDD on stream.
- * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool NULL); with track=counts or full, for a ptr that is
- * not a live buffer of this pool (nothing reaches the driver, the message names the buffer):
+ * During a stream capture only memory allocated in that capture (a graph allocation) may be
+ * freed; a buffer allocated outside it is refused with SPOOL_ERR_INVALID, nothing freed and the
+ * capture intact (free it after cudaStreamEndCapture): always for buffers of the pool's table
+ * (cache=off, larger than cache_max_block, allocated under capture), for buffers a stream cache
+ * served only with track=full (the cached free skips the capture question otherwise).
+ * A buffer with streams recorded by spool_record_stream is freed as spool_free_after says.
+ * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool NULL; see capture above); with track=counts or full,
+ * for a ptr that is not a live buffer of this pool (nothing reaches the driver, the message names
+ * the buffer): SPOOL_ERR_BATCH_MEMBER (a sub-buffer of a batch other than its first pointer),
  * SPOOL_ERR_DOUBLE_FREE (freed already, among the pool's last 4096 frees),
  * SPOOL_ERR_WRONG_POOL (a live buffer of another spool pool), SPOOL_ERR_INTERIOR_POINTER
  * (inside a live buffer of this pool), SPOOL_ERR_UNKNOWN_POINTER (none of these); with
