@@ -1,7 +1,7 @@
 /* Scopes: temporaries for work on one stream, freed together, in stream order, at the end.
  *
- * A scope takes chunks with spool_alloc on its stream (1 MiB, doubling to 64 MiB, or a larger
- * request's size) and bump-allocates 256-aligned pieces from the newest one, so most
+ * A scope takes chunks with spool_alloc on its stream (1 MiB, doubling to 64 MiB; a larger
+ * request gets a chunk of its own size) and bump-allocates 256-aligned pieces from the newest one, so most
  * spool_scope_alloc calls move a pointer under the scope's lock and make no CUDA call. At the
  * end the chunks go back with spool_free on the stream: into the stream's cache, where the next
  * scope on that stream takes them again without a CUDA call; cache_limit and spool_trim bound
@@ -186,13 +186,21 @@ static spool_status new_chunk(spool_scope *sc, size_t need) {
   }
   spool_status s = same_capture(sc, ctx, false);
   if (s != SPOOL_OK) return s;
-  size_t size = need + HEADER > sc->next_size ? need + HEADER : sc->next_size;
+  /* A request larger than the next chunk gets a chunk of its own, which neither doubles the
+   * next size nor takes the top: later small pieces go on filling the current chunk. */
+  bool own = need + HEADER > sc->next_size;
+  size_t size = own ? need + HEADER : sc->next_size;
   static const spool__site site = {NULL, spool__scope_tag, 0, 0};
   void *base = NULL;
   s = spool__alloc_site(sc->pool, &base, size, sc->stream, &site);
   if (s != SPOOL_OK) return spool__prefix(s, ctx);
   sc->chunks[sc->nchunks++] = (chunk){base, size, HEADER};
-  if (size <= CHUNK_MAX && sc->next_size < CHUNK_MAX) sc->next_size *= 2;
+  if (!own && sc->next_size < CHUNK_MAX) sc->next_size *= 2;
+  if (own && sc->nchunks > 1) { /* the new chunk below the current one */
+    chunk top = sc->chunks[sc->nchunks - 2];
+    sc->chunks[sc->nchunks - 2] = sc->chunks[sc->nchunks - 1];
+    sc->chunks[sc->nchunks - 1] = top;
+  }
   return SPOOL_OK;
 }
 
@@ -212,7 +220,9 @@ spool_status spool_scope_alloc(spool_scope *sc, void **ptr, size_t size) {
   chunk *c = sc->nchunks ? &sc->chunks[sc->nchunks - 1] : NULL;
   if (s == SPOOL_OK && (!c || c->size - c->used < need)) {
     s = new_chunk(sc, need);
+    /* the new chunk is on top, or just below it when it is the request's own */
     c = &sc->chunks[sc->nchunks - 1];
+    if (s == SPOOL_OK && c->size - c->used < need) c = &sc->chunks[sc->nchunks - 2];
   }
   if (s == SPOOL_OK) {
     *ptr = c->base + c->used;

@@ -76,10 +76,18 @@ START_TEST(scope_chunks_grow) {
   ck_assert_uint_eq(test_stats(p).buffers_in_use, 0); /* nothing taken yet */
   (void)piece(sc, MiB - 256);                          /* fills the 1 MiB chunk */
   (void)piece(sc, 1);                                  /* a 2 MiB chunk */
-  (void)piece(sc, 10 * MiB);                           /* past the 4 MiB that would be next */
+  char *big = piece(sc, 10 * MiB);                     /* past the 4 MiB that would be next */
+  char *small = piece(sc, 1); /* still in the 2 MiB chunk: the big one has its own */
   spool_stats st = test_stats(p);
   ck_assert_uint_eq(st.buffers_in_use, 3);
-  ck_assert_uint_eq(st.bytes_in_use, MiB + 2 * MiB + 10 * MiB + 256);
+  ck_assert(small < big || small >= big + 10 * MiB);
+  (void)piece(sc, 4 * MiB - 256); /* the next chunk is 4 MiB: the 10 MiB one did not double it */
+  ck_assert_uint_eq(test_stats(p).buffers_in_use, 4);
+  ck_assert_uint_eq(test_stats(p).bytes_in_use, MiB + 2 * MiB + 10 * MiB + 256 + 4 * MiB);
+  CK_SPOOL(spool_scope_end(sc));
+  sc = begin(p, s);
+  st = test_stats(p);
+  ck_assert_uint_eq(st.buffers_in_use, 0);
   CK_SPOOL(spool_scope_end(sc));
   ck_assert_uint_eq(test_stats(p).buffers_in_use, 0);
   test_pool_destroy(p);
