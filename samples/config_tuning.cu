@@ -19,9 +19,8 @@
 // Usage: config_tuning [--rounds N] [config text ...]
 // Exit status: 0 ok, 1 a failed call, 2 bad usage, 77 no CUDA device.
 
-#include <spool/spool.h>
-
-#include <cuda_runtime.h>
+#define SAMPLE_NAME "config_tuning"
+#include "sample_check.h"
 
 #include <chrono>
 #include <cinttypes>
@@ -30,29 +29,6 @@
 #include <cstring>
 #include <string>
 #include <vector>
-
-static bool cuda_ok(cudaError_t err, const char *call, int line) {
-  if (err == cudaSuccess) return true;
-  std::fprintf(stderr, "config_tuning: line %d: %s failed: %s: %s\n", line, call,
-               cudaGetErrorName(err), cudaGetErrorString(err));
-  return false;
-}
-
-static bool spool_ok(spool_status st, const char *call, int line) {
-  if (st == SPOOL_OK) return true;
-  std::fprintf(stderr, "config_tuning: line %d: %s failed: %s: %s\n", line, call,
-               spool_status_name(st), spool_last_error());
-  return false;
-}
-
-#define CUDA_CHECK(call)                                                                           \
-  do {                                                                                             \
-    if (!cuda_ok((call), #call, __LINE__)) return false;                                           \
-  } while (0)
-#define SPOOL_CHECK(call)                                                                          \
-  do {                                                                                             \
-    if (!spool_ok((call), #call, __LINE__)) return false;                                          \
-  } while (0)
 
 constexpr int kPairs = 256;   // alloc+free pairs per stream per round
 constexpr int kStreams = 2;
@@ -164,14 +140,7 @@ int main(int argc, char **argv) {
   if (configs.empty())
     configs = {"release_threshold=0, cache=off", "cache=off", "" /* spool's defaults */};
 
-  int count = 0;
-  cudaError_t err = cudaGetDeviceCount(&count);
-  if (err == cudaSuccess && count == 0) err = cudaErrorNoDevice;
-  if (err != cudaSuccess) {
-    std::fprintf(stderr, "config_tuning: no CUDA device: %s: %s\n", cudaGetErrorName(err),
-                 cudaGetErrorString(err));
-    return 77;
-  }
+  if (sample_no_device()) return 77;
 
   cudaStream_t streams[kStreams] = {};
   bool ok = true;

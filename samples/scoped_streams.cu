@@ -11,9 +11,8 @@
 // Usage: scoped_streams [--jobs N] [--streams S] [--elements E]
 // Exit status: 0 ok, 1 a failed call or a wrong result, 2 bad usage, 77 no CUDA device.
 
-#include <spool/spool.h>
-
-#include <cuda_runtime.h>
+#define SAMPLE_NAME "scoped_streams"
+#include "sample_check.h"
 
 #include <chrono>
 #include <cinttypes>
@@ -21,33 +20,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <vector>
-
-static bool cuda_ok(cudaError_t err, const char *call, int line) {
-  if (err == cudaSuccess) return true;
-  std::fprintf(stderr, "scoped_streams: line %d: %s failed: %s: %s\n", line, call,
-               cudaGetErrorName(err), cudaGetErrorString(err));
-  return false;
-}
-
-static bool spool_ok(spool_status st, const char *call, int line) {
-  if (st == SPOOL_OK) return true;
-  std::fprintf(stderr, "scoped_streams: line %d: %s failed: %s: %s\n", line, call,
-               spool_status_name(st), spool_last_error());
-  return false;
-}
-
-#define CUDA_CHECK(call)                                                                           \
-  do {                                                                                             \
-    if (!cuda_ok((call), #call, __LINE__)) return false;                                           \
-  } while (0)
-#define SPOOL_CHECK(call)                                                                          \
-  do {                                                                                             \
-    if (!spool_ok((call), #call, __LINE__)) return false;                                          \
-  } while (0)
-#define LAUNCH_CHECK(kernel)                                                                       \
-  do {                                                                                             \
-    if (!cuda_ok(cudaGetLastError(), "launch of " #kernel, __LINE__)) return false;                \
-  } while (0)
 
 // ---- kernels ----------------------------------------------------------------------------------
 
@@ -220,14 +192,7 @@ static bool parse(int argc, char **argv, Options *o) {
 int main(int argc, char **argv) {
   App app;
   if (!parse(argc, argv, &app.o)) return 2;
-  int count = 0;
-  cudaError_t err = cudaGetDeviceCount(&count);
-  if (err == cudaSuccess && count == 0) err = cudaErrorNoDevice;
-  if (err != cudaSuccess) {
-    std::fprintf(stderr, "scoped_streams: no CUDA device: %s: %s\n", cudaGetErrorName(err),
-                 cudaGetErrorString(err));
-    return 77;
-  }
+  if (sample_no_device()) return 77;
   bool ok = run(app);
   ok = release(app) && ok;
   return ok ? 0 : 1;

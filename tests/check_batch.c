@@ -5,18 +5,12 @@
  * Built twice: check_batch_sim (cudasim) and check_batch_gpu (real CUDA). */
 #include "test_main.h"
 
-static spool_pool *pool_with(const char *text) {
-  spool_config cfg = test_config();
-  if (text) CK_SPOOL(spool_config_parse(&cfg, text));
-  return test_pool_create(&cfg);
-}
-
 static uintptr_t off(void *const *ptrs, size_t i) { return (uintptr_t)ptrs[i] - (uintptr_t)ptrs[0]; }
 
 /* ---- layout ---------------------------------------------------------------------------------- */
 
 START_TEST(batch_layout_default_alignment) {
-  spool_pool *p = pool_with(NULL);
+  spool_pool *p = test_pool_with(NULL);
   cudaStream_t s = test_stream_create();
   size_t sizes[] = {100, 1000, 0, 4096};
   void *ptrs[4] = {TEST_SENTINEL, TEST_SENTINEL, TEST_SENTINEL, TEST_SENTINEL};
@@ -40,7 +34,7 @@ START_TEST(batch_layout_default_alignment) {
 END_TEST
 
 START_TEST(batch_small_alignment) {
-  spool_pool *p = pool_with(NULL);
+  spool_pool *p = test_pool_with(NULL);
   cudaStream_t s = test_stream_create();
   size_t sizes[] = {1, 17, 3};
   void *ptrs[3];
@@ -55,7 +49,7 @@ START_TEST(batch_small_alignment) {
 END_TEST
 
 START_TEST(batch_bad_arguments) {
-  spool_pool *p = pool_with(NULL);
+  spool_pool *p = test_pool_with(NULL);
   cudaStream_t s = test_stream_create();
   size_t sizes[] = {64, 64};
   void *ptrs[2] = {TEST_SENTINEL, TEST_SENTINEL};
@@ -90,7 +84,7 @@ END_TEST
 
 /* cfg: the path the batch takes (cached, uncached, too large for the cache). */
 static void member_refused(const char *cfg, size_t each) {
-  spool_pool *p = pool_with(cfg);
+  spool_pool *p = test_pool_with(cfg);
   cudaStream_t s = test_stream_create();
   size_t sizes[] = {each, each, each};
   void *ptrs[3];
@@ -125,7 +119,7 @@ START_TEST(batch_member_free_refused_large) {
 END_TEST
 
 START_TEST(batch_member_known_to_pool_of) {
-  spool_pool *p = pool_with(NULL);
+  spool_pool *p = test_pool_with(NULL);
   cudaStream_t s = test_stream_create();
   size_t sizes[] = {512, 512};
   void *ptrs[2];
@@ -142,7 +136,7 @@ END_TEST
 /* ---- leak report ------------------------------------------------------------------------------ */
 
 START_TEST(batch_in_leak_report) {
-  spool_pool *p = pool_with(NULL);
+  spool_pool *p = test_pool_with(NULL);
   cudaStream_t s = test_stream_create();
   size_t sizes[] = {256, 256, 256};
   void *ptrs[3];
@@ -168,7 +162,7 @@ END_TEST
 /* Each sub-buffer is filled with its own byte; reading the whole batch back shows every byte
  * where it belongs, so no two sub-buffers overlap. */
 START_TEST(batch_data_in_place) {
-  spool_pool *p = pool_with(NULL);
+  spool_pool *p = test_pool_with(NULL);
   cudaStream_t s = test_stream_create();
   enum { N = 5 };
   size_t sizes[N] = {1000, 256, 3000, 1, 70000};
@@ -194,7 +188,7 @@ END_TEST
 /* A batch's memory goes back to the stream's cache and serves the next batch of the same
  * shape without a CUDA call. */
 START_TEST(batch_reuses_cached_block) {
-  spool_pool *p = pool_with(NULL);
+  spool_pool *p = test_pool_with(NULL);
   cudaStream_t s = test_stream_create();
   size_t sizes[] = {4 * KiB, 8 * KiB};
   void *a[2], *b[2];

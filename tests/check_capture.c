@@ -17,20 +17,6 @@
 
 #define BYTES (64 * KiB)
 
-static spool_pool *pool_with(const char *text) {
-  spool_config cfg = test_config();
-  if (text) CK_SPOOL(spool_config_parse(&cfg, text));
-  return test_pool_create(&cfg);
-}
-
-static void *alloc_on(spool_pool *p, size_t size, cudaStream_t s) {
-  void *ptr = TEST_SENTINEL;
-  CK_SPOOL(spool_alloc(p, &ptr, size, s));
-  ck_assert_ptr_nonnull(ptr);
-  ck_assert_ptr_ne(ptr, TEST_SENTINEL);
-  return ptr;
-}
-
 /* What the captured work allocates its temporaries with. */
 typedef enum { WITH_ALLOC, WITH_BATCH, WITH_SCOPE, WITH_NESTED_SCOPES } with;
 
@@ -47,8 +33,8 @@ static void captured_work(spool_pool *p, cudaStream_t s, with how, const void *s
   void *sub[2];
   switch (how) {
   case WITH_ALLOC:
-    t1 = alloc_on(p, BYTES, s);
-    t2 = alloc_on(p, BYTES, s);
+    t1 = test_alloc_on(p, BYTES, s);
+    t2 = test_alloc_on(p, BYTES, s);
     break;
   case WITH_BATCH:
     CK_SPOOL(spool_alloc_batch(p, s, 2, sizes, sub, 0));
@@ -89,9 +75,9 @@ static void check_bytes(const unsigned char *host, unsigned char want, int launc
 
 /* Captures the work in mode, then replays the graph REPLAYS times, each with new input. */
 static void replay(enum cudaStreamCaptureMode mode, with how) {
-  spool_pool *p = pool_with(NULL);
+  spool_pool *p = test_pool_with(NULL);
   cudaStream_t s = test_stream_create();
-  void *src = alloc_on(p, BYTES, s), *dst = alloc_on(p, BYTES, s);
+  void *src = test_alloc_on(p, BYTES, s), *dst = test_alloc_on(p, BYTES, s);
   unsigned char *host = malloc(BYTES);
   ck_assert_ptr_nonnull(host);
 #ifdef SPOOL_TEST_SIM
@@ -157,9 +143,9 @@ END_TEST
  * cache_max_block) or a stream cache (checked with track=full). The free is refused, the
  * capture completes, the graph launches, and the buffer is freed after the capture. */
 static void outside_free_refused(const char *cfg, size_t size, enum cudaStreamCaptureMode mode) {
-  spool_pool *p = pool_with(cfg);
+  spool_pool *p = test_pool_with(cfg);
   cudaStream_t s = test_stream_create();
-  void *a = alloc_on(p, size, s);
+  void *a = test_alloc_on(p, size, s);
   cudaGraph_t graph = NULL;
   CK_CUDA(cudaStreamBeginCapture(s, mode));
   CK_CUDA(cudaMemsetAsync(a, 7, size, s)); /* the graph uses a */
@@ -203,7 +189,7 @@ END_TEST
 
 /* A batch freed during a capture it was not allocated in: refused the same way. */
 START_TEST(capture_outside_batch_free) {
-  spool_pool *p = pool_with("cache=off");
+  spool_pool *p = test_pool_with("cache=off");
   cudaStream_t s = test_stream_create();
   size_t sizes[] = {256, 256};
   void *sub[2];
@@ -224,9 +210,9 @@ END_TEST
 /* Out of memory during a global-mode capture: no trim, no attribute, no synchronize (each
  * would invalidate the capture); the retry still happens. */
 START_TEST(capture_oom_makes_no_pool_calls) {
-  spool_pool *p = pool_with(NULL);
+  spool_pool *p = test_pool_with(NULL);
   cudaStream_t s = test_stream_create();
-  void *warm = alloc_on(p, 4 * KiB, s);
+  void *warm = test_alloc_on(p, 4 * KiB, s);
   CK_SPOOL(spool_free(p, warm, s)); /* something cached: a flush would synchronize */
   long trims = cudasim_calls("cudaMemPoolTrimTo");
   long syncs = cudasim_calls("cudaDeviceSynchronize");

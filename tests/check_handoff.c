@@ -10,26 +10,12 @@
 
 #include "test_kernels.h"
 
-static spool_pool *pool_with(const char *text) {
-  spool_config cfg = test_config();
-  if (text) CK_SPOOL(spool_config_parse(&cfg, text));
-  return test_pool_create(&cfg);
-}
-
-static void *alloc_on(spool_pool *p, size_t size, cudaStream_t s) {
-  void *ptr = TEST_SENTINEL;
-  CK_SPOOL(spool_alloc(p, &ptr, size, s));
-  ck_assert_ptr_nonnull(ptr);
-  ck_assert_ptr_ne(ptr, TEST_SENTINEL);
-  return ptr;
-}
-
 /* ---- errors ------------------------------------------------------------------------------- */
 
 START_TEST(handoff_record_stream_errors) {
-  spool_pool *p = pool_with(NULL);
+  spool_pool *p = test_pool_with(NULL);
   cudaStream_t s1 = test_stream_create(), s2 = test_stream_create();
-  char *a = alloc_on(p, 4 * KiB, s1);
+  char *a = test_alloc_on(p, 4 * KiB, s1);
   CK_STATUS(spool_record_stream(NULL, a, s2), SPOOL_ERR_INVALID);
   CK_STATUS(spool_record_stream(p, NULL, s2), SPOOL_ERR_INVALID);
   CK_STATUS(spool_record_stream(p, a + 256, s2), SPOOL_ERR_INTERIOR_POINTER);
@@ -51,9 +37,9 @@ START_TEST(handoff_record_stream_errors) {
 END_TEST
 
 START_TEST(handoff_needs_tracking) {
-  spool_pool *p = pool_with("track=off, cache=off");
+  spool_pool *p = test_pool_with("track=off, cache=off");
   cudaStream_t s1 = test_stream_create(), s2 = test_stream_create();
-  void *a = alloc_on(p, 4 * KiB, s1);
+  void *a = test_alloc_on(p, 4 * KiB, s1);
   CK_STATUS(spool_record_stream(p, a, s2), SPOOL_ERR_INVALID);
   CK_LAST_ERROR_HAS("track=off");
   CK_SPOOL(spool_free(p, a, s1));
@@ -66,12 +52,12 @@ END_TEST
 /* Recording the buffer's own stream changes nothing: the free is the ordinary one, and the
  * stream's cache hands the block out again at once. */
 START_TEST(handoff_own_stream_is_plain) {
-  spool_pool *p = pool_with(NULL);
+  spool_pool *p = test_pool_with(NULL);
   cudaStream_t s = test_stream_create();
-  void *a = alloc_on(p, 4 * KiB, s);
+  void *a = test_alloc_on(p, 4 * KiB, s);
   CK_SPOOL(spool_record_stream(p, a, s));
   CK_SPOOL(spool_free(p, a, s));
-  void *b = alloc_on(p, 4 * KiB, s);
+  void *b = test_alloc_on(p, 4 * KiB, s);
   ck_assert_ptr_eq(a, b);
   CK_SPOOL(spool_free(p, b, s));
   test_pool_destroy(p);
@@ -81,9 +67,9 @@ END_TEST
 
 /* A hand-off cannot be captured: refused, and the capture stays intact. */
 START_TEST(handoff_refused_under_capture) {
-  spool_pool *p = pool_with(NULL);
+  spool_pool *p = test_pool_with(NULL);
   cudaStream_t s1 = test_stream_create(), s2 = test_stream_create();
-  void *a = alloc_on(p, 4 * KiB, s1);
+  void *a = test_alloc_on(p, 4 * KiB, s1);
   cudaGraph_t graph = NULL;
   CK_CUDA(cudaStreamBeginCapture(s2, cudaStreamCaptureModeGlobal));
   spool_status rs = spool_record_stream(p, a, s2);
@@ -116,9 +102,9 @@ END_TEST
  * to nobody, on any stream; s1 itself never waits. With the pool alone (cache=off) the block is
  * the pool's again once s2 is done. */
 static void record_stream_round(const char *cfg) {
-  spool_pool *p = pool_with(cfg);
+  spool_pool *p = test_pool_with(cfg);
   cudaStream_t s1 = test_stream_create(), s2 = test_stream_create(), s3 = test_stream_create();
-  void *a = alloc_on(p, MiB, s1);
+  void *a = test_alloc_on(p, MiB, s1);
   cudasim_hold(s2);
   CK_CUDA(cudaMemsetAsync(a, 1, MiB, s2)); /* s2's work on a, pending */
   CK_SPOOL(spool_record_stream(p, a, s2));
@@ -127,7 +113,7 @@ static void record_stream_round(const char *cfg) {
   void *got[6];
   cudaStream_t on[3] = {s1, s2, s3};
   for (int i = 0; i < 6; i++) {
-    got[i] = alloc_on(p, MiB, on[i % 3]);
+    got[i] = test_alloc_on(p, MiB, on[i % 3]);
     ck_assert_ptr_ne(got[i], a);
   }
   for (int i = 0; i < 6; i++) CK_SPOOL(spool_free(p, got[i], on[i % 3]));
@@ -139,7 +125,7 @@ static void record_stream_round(const char *cfg) {
     /* s2 is done, so the hand-off stream's free has completed: a is among the free blocks */
     void *b[7];
     bool found = false;
-    for (int i = 0; i < 7; i++) found |= (b[i] = alloc_on(p, MiB, s1)) == a;
+    for (int i = 0; i < 7; i++) found |= (b[i] = test_alloc_on(p, MiB, s1)) == a;
     ck_assert(found);
     for (int i = 0; i < 7; i++) CK_SPOOL(spool_free(p, b[i], s1));
   }
@@ -158,9 +144,9 @@ END_TEST
 /* spool_free_after: the free waits for the caller's event (recorded on a held stream), the
  * event is not kept (destroyed at once), and the freeing stream does not wait. */
 START_TEST(handoff_free_after_event) {
-  spool_pool *p = pool_with("cache=off");
+  spool_pool *p = test_pool_with("cache=off");
   cudaStream_t s1 = test_stream_create(), s2 = test_stream_create();
-  void *a = alloc_on(p, MiB, s1);
+  void *a = test_alloc_on(p, MiB, s1);
   cudaEvent_t ev;
   CK_CUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
   cudasim_hold(s2);
@@ -169,10 +155,10 @@ START_TEST(handoff_free_after_event) {
   CK_SPOOL(spool_free_after(p, a, s1, ev));
   CK_CUDA(cudaEventDestroy(ev)); /* the event stays the caller's */
   CK_CUDA(cudaStreamQuery(s1));
-  void *b = alloc_on(p, MiB, s1);
+  void *b = test_alloc_on(p, MiB, s1);
   ck_assert_ptr_ne(b, a);
   cudasim_release(s2);
-  void *c = alloc_on(p, MiB, s1); /* the only free block now: a */
+  void *c = test_alloc_on(p, MiB, s1); /* the only free block now: a */
   ck_assert_ptr_eq(c, a);
   CK_SPOOL(spool_free(p, b, s1));
   CK_SPOOL(spool_free(p, c, s1));
@@ -184,9 +170,9 @@ END_TEST
 
 /* A failure on the way (the recorded stream's event cannot be recorded) frees nothing. */
 START_TEST(handoff_failure_frees_nothing) {
-  spool_pool *p = pool_with(NULL);
+  spool_pool *p = test_pool_with(NULL);
   cudaStream_t s1 = test_stream_create(), s2 = test_stream_create();
-  void *a = alloc_on(p, 4 * KiB, s1);
+  void *a = test_alloc_on(p, 4 * KiB, s1);
   CK_SPOOL(spool_record_stream(p, a, s2));
   cudasim_fail("cudaEventRecord", 1, cudaErrorLaunchFailure);
   CK_STATUS(spool_free(p, a, s1), SPOOL_ERR_CUDA);
@@ -204,20 +190,20 @@ END_TEST
 /* Data: a buffer written on s1, read on s2 after a wait, freed on s1 with s2 recorded; every
  * later allocation sees the pool's own contents, and s2 read what s1 wrote. */
 START_TEST(handoff_data_after_free) {
-  spool_pool *p = pool_with(NULL);
+  spool_pool *p = test_pool_with(NULL);
   cudaStream_t s1 = test_stream_create(), s2 = test_stream_create();
   cudaEvent_t ev;
   CK_CUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
   unsigned char host[4096];
   for (int round = 0; round < 20; round++) {
-    unsigned char *a = alloc_on(p, sizeof host, s1);
+    unsigned char *a = test_alloc_on(p, sizeof host, s1);
     CK_CUDA(cudaMemsetAsync(a, round + 1, sizeof host, s1));
     CK_CUDA(cudaEventRecord(ev, s1));
     CK_CUDA(cudaStreamWaitEvent(s2, ev, 0));
     CK_CUDA(cudaMemcpyAsync(host, a, sizeof host, cudaMemcpyDeviceToHost, s2));
     CK_SPOOL(spool_record_stream(p, a, s2));
     CK_SPOOL(spool_free(p, a, s1));
-    void *b = alloc_on(p, sizeof host, s1); /* the next owner writes at once */
+    void *b = test_alloc_on(p, sizeof host, s1); /* the next owner writes at once */
     CK_CUDA(cudaMemsetAsync(b, 0xFF, sizeof host, s1));
     CK_CUDA(cudaStreamSynchronize(s2));
     for (size_t k = 0; k < sizeof host; k++) ck_assert_uint_eq(host[k], (unsigned)(round + 1));
@@ -237,7 +223,7 @@ END_TEST
  * a is freed on s1 and s1 takes 1 MiB again and overwrites it. Returns how many elements the
  * kernel found changed; *reused says whether s1 got a back while s2's kernel still ran. */
 static unsigned race(bool handoff, bool *reused) {
-  spool_pool *p = pool_with(NULL);
+  spool_pool *p = test_pool_with(NULL);
   cudaStream_t s1 = test_stream_create(), s2 = test_stream_create();
   const size_t n = MiB / 4;
   unsigned *bad = NULL, found = 0;
@@ -245,14 +231,14 @@ static unsigned race(bool handoff, bool *reused) {
   CK_CUDA(cudaMemset(bad, 0, sizeof *bad));
   cudaEvent_t filled;
   CK_CUDA(cudaEventCreateWithFlags(&filled, cudaEventDisableTiming));
-  uint32_t *a = alloc_on(p, n * 4, s1);
+  uint32_t *a = test_alloc_on(p, n * 4, s1);
   CK_CUDA(test_kernel_fill(a, n, 77, s1));
   CK_CUDA(cudaEventRecord(filled, s1));
   CK_CUDA(cudaStreamWaitEvent(s2, filled, 0));
   CK_CUDA(test_kernel_hold_then_count(a, n, 77, 200, bad, s2));
   if (handoff) CK_SPOOL(spool_record_stream(p, a, s2));
   CK_SPOOL(spool_free(p, a, s1));
-  void *b = alloc_on(p, n * 4, s1);
+  void *b = test_alloc_on(p, n * 4, s1);
   CK_CUDA(cudaMemsetAsync(b, 0xFF, n * 4, s1));
   *reused = b == a && cudaStreamQuery(s2) == cudaErrorNotReady;
   (void)cudaGetLastError(); /* cudaErrorNotReady is not an error */

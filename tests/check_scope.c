@@ -7,12 +7,6 @@
  * Built twice: check_scope_sim (cudasim) and check_scope_gpu (real CUDA). */
 #include "test_main.h"
 
-static spool_pool *pool_with(const char *text) {
-  spool_config cfg = test_config();
-  if (text) CK_SPOOL(spool_config_parse(&cfg, text));
-  return test_pool_create(&cfg);
-}
-
 static spool_scope *begin(spool_pool *p, cudaStream_t s) {
   spool_scope *sc = (spool_scope *)TEST_SENTINEL;
   CK_SPOOL(spool_scope_begin(p, s, &sc));
@@ -35,7 +29,7 @@ static void *piece(spool_scope *sc, size_t size) {
 /* A thousand small temporaries: one chunk, one allocation from the pool; the next scope on the
  * stream finds the chunk in the stream's cache. */
 START_TEST(scope_many_small_pieces_one_chunk) {
-  spool_pool *p = pool_with(NULL);
+  spool_pool *p = test_pool_with(NULL);
   cudaStream_t s = test_stream_create();
   for (int round = 0; round < 2; round++) {
     spool_scope *sc = begin(p, s);
@@ -67,7 +61,7 @@ END_TEST
 /* Chunks double (1, 2, 4 MiB ...); a request larger than the next chunk gets a chunk of its own
  * size; zero bytes is NULL. */
 START_TEST(scope_chunks_grow) {
-  spool_pool *p = pool_with(NULL);
+  spool_pool *p = test_pool_with(NULL);
   cudaStream_t s = test_stream_create();
   spool_scope *sc = begin(p, s);
   void *z = TEST_SENTINEL;
@@ -98,7 +92,7 @@ END_TEST
 /* ---- nesting and misuse ------------------------------------------------------------------- */
 
 START_TEST(scope_nesting_child_ends_first) {
-  spool_pool *p = pool_with(NULL);
+  spool_pool *p = test_pool_with(NULL);
   cudaStream_t s = test_stream_create();
   spool_scope *outer = begin(p, s);
   (void)piece(outer, 100);
@@ -119,7 +113,7 @@ END_TEST
 
 /* Scopes on other streams are not children: each ends on its own. */
 START_TEST(scope_other_stream_not_a_child) {
-  spool_pool *p = pool_with(NULL);
+  spool_pool *p = test_pool_with(NULL);
   cudaStream_t s1 = test_stream_create(), s2 = test_stream_create();
   spool_scope *a = begin(p, s1);
   spool_scope *b = begin(p, s2);
@@ -134,7 +128,7 @@ START_TEST(scope_other_stream_not_a_child) {
 END_TEST
 
 START_TEST(scope_ended_twice) {
-  spool_pool *p = pool_with(NULL);
+  spool_pool *p = test_pool_with(NULL);
   cudaStream_t s = test_stream_create();
   spool_scope *sc = begin(p, s);
   (void)piece(sc, 100);
@@ -154,7 +148,7 @@ START_TEST(scope_ended_twice) {
 END_TEST
 
 START_TEST(scope_bad_arguments) {
-  spool_pool *p = pool_with(NULL);
+  spool_pool *p = test_pool_with(NULL);
   spool_scope *sc = (spool_scope *)TEST_SENTINEL;
   CK_STATUS(spool_scope_begin(NULL, NULL, &sc), SPOOL_ERR_INVALID);
   ck_assert_ptr_null(sc);
@@ -173,7 +167,7 @@ END_TEST
 
 /* No piece is a chunk's start: spool_free of any piece is refused and frees nothing. */
 START_TEST(scope_piece_free_refused) {
-  spool_pool *p = pool_with(NULL);
+  spool_pool *p = test_pool_with(NULL);
   cudaStream_t s = test_stream_create();
   spool_scope *sc = begin(p, s);
   void *first = piece(sc, 64), *second = piece(sc, 64);
@@ -215,7 +209,7 @@ END_TEST
 /* ---- data ------------------------------------------------------------------------------------ */
 
 START_TEST(scope_pieces_hold_their_data) {
-  spool_pool *p = pool_with(NULL);
+  spool_pool *p = test_pool_with(NULL);
   cudaStream_t s = test_stream_create();
   enum { N = 40 };
   spool_scope *sc = begin(p, s);
@@ -247,7 +241,7 @@ END_TEST
 /* A scope begun outside a capture neither allocates new chunks nor ends inside one (its chunks
  * are not the graph's to free); the capture stays intact and the scope ends after it. */
 START_TEST(scope_crossing_a_capture_refused) {
-  spool_pool *p = pool_with(NULL);
+  spool_pool *p = test_pool_with(NULL);
   cudaStream_t s = test_stream_create();
   spool_scope *sc = begin(p, s);
   (void)piece(sc, MiB - 256); /* the chunk is full */
