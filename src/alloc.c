@@ -410,7 +410,10 @@ spool_status spool_trim(spool_pool *pool, size_t keep_bytes) {
   /* Cached blocks are in use as far as the pool knows: they go back first. */
   if (s == SPOOL_OK) s = spool__cache_flush_all(pool, "spool_trim");
   if (s != SPOOL_OK) return s;
+  enum cudaStreamCaptureMode mode;
+  bool relaxed = spool__relaxed_enter(&mode); /* issue 5: other threads' captures */
   cudaError_t err = cudaMemPoolTrimTo(pool->handle, keep_bytes);
+  spool__relaxed_leave(relaxed, mode);
   if (err != cudaSuccess) {
     char keep[SPOOL__SIZE_TEXT];
     return spool__fail_cuda(err, "cudaMemPoolTrimTo", "spool_trim: keep %s on device %d",

@@ -365,6 +365,15 @@ void spool__totals_add(spool_pool *pool, int64_t bytes, int64_t buffers);
  * not know (destroyed?), with the message naming ctx and the stream. */
 spool_status spool__stream_capturing(cudaStream_t stream, bool *capturing, const char *ctx);
 
+/* issue 5: pool attribute reads and writes and trims are "potentially unsafe" calls: made while
+ * another thread captures in global mode, from a thread in global mode (the default), they
+ * invalidate that capture. Between enter and leave the calling thread is in relaxed mode (as
+ * CCCL does for pool attributes), which leaves other threads' captures alone. enter returns
+ * whether the mode was changed; leave puts it back. A synchronize is not covered: it
+ * invalidates captures on its device whatever the mode. */
+bool spool__relaxed_enter(enum cudaStreamCaptureMode *old);
+void spool__relaxed_leave(bool entered, enum cudaStreamCaptureMode old);
+
 /* ---- alloc.c, for cache.c ------------------------------------------------------------------ */
 
 /* cudaMallocFromPoolAsync with the out-of-memory policy. */

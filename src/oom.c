@@ -40,7 +40,10 @@ static void give_back(spool_pool *p, cudaStream_t stream, bool synchronize) {
   }
   /* What the caches hold is in use as far as the pool knows: it goes back first. */
   (void)spool__cache_flush_all(p, ALLOC);
+  enum cudaStreamCaptureMode mode;
+  bool relaxed = spool__relaxed_enter(&mode); /* issue 5: other threads' captures */
   if (cudaMemPoolTrimTo(p->handle, 0) != cudaSuccess) spool__clear_cuda_error();
+  spool__relaxed_leave(relaxed, mode);
   spool__registry_trim_device(p);
   spool__restore_error(message);
 }

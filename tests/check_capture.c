@@ -9,6 +9,8 @@
  * check_capture_gpu (real CUDA). */
 #include "test_main.h"
 
+#include <pthread.h>
+
 #ifdef SPOOL_TEST_SIM
 #define REPLAYS 50
 #else
@@ -206,6 +208,79 @@ START_TEST(capture_outside_batch_free) {
 }
 END_TEST
 
+/* ---- other threads during a global-mode capture ----------------------------------------------- */
+
+typedef struct admin_job {
+  spool_pool *pool;
+  spool_status stats, reset, trim;
+} admin_job;
+
+static void *admin(void *arg) {
+  admin_job *j = arg;
+  spool_stats st;
+  j->stats = spool_stats_get(j->pool, &st);
+  j->reset = spool_stats_reset_peaks(j->pool);
+  j->trim = spool_trim(j->pool, 0);
+  return NULL;
+}
+
+/* Stats, peak resets and trims on another thread read and write the pool's attributes; in the
+ * thread's default (global) mode that would invalidate this thread's global-mode capture. spool
+ * makes those calls in relaxed mode: the capture survives. (Nothing is cached, so the trim has
+ * nothing to synchronize for: a synchronize invalidates captures whatever the mode.) */
+START_TEST(capture_other_thread_pool_calls) {
+  spool_pool *p = test_pool_with(NULL);
+  cudaStream_t s = test_stream_create();
+  void *a = test_alloc_on(p, 4 * KiB, s);
+  cudaGraph_t graph = NULL;
+  CK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CK_CUDA(cudaMemsetAsync(a, 3, 4 * KiB, s));
+  admin_job job = {p, SPOOL_STATUS_COUNT, SPOOL_STATUS_COUNT, SPOOL_STATUS_COUNT};
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, admin, &job), 0);
+  ck_assert_int_eq(pthread_join(t, NULL), 0);
+  CK_CUDA(cudaStreamEndCapture(s, &graph));
+  ck_assert_ptr_nonnull(graph);
+  CK_STATUS(job.stats, SPOOL_OK);
+  CK_STATUS(job.reset, SPOOL_OK);
+  CK_STATUS(job.trim, SPOOL_OK);
+  CK_CUDA(cudaGraphDestroy(graph));
+  CK_SPOOL(spool_free(p, a, s));
+  test_pool_destroy(p);
+  test_stream_destroy(s);
+}
+END_TEST
+
+#ifdef SPOOL_TEST_SIM
+static void *raw_attribute(void *arg) {
+  uint64_t v = 0;
+  (void)cudaMemPoolGetAttribute(spool_pool_handle(arg), cudaMemPoolAttrReservedMemCurrent, &v);
+  (void)cudaGetLastError();
+  return NULL;
+}
+
+/* The same call made directly, in the global mode: the capture is invalidated (what the test
+ * above shows spool avoiding). */
+START_TEST(capture_other_thread_raw_call_invalidates) {
+  spool_pool *p = test_pool_with(NULL);
+  cudaStream_t s = test_stream_create();
+  void *a = test_alloc_on(p, 4 * KiB, s);
+  cudaGraph_t graph = NULL;
+  CK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CK_CUDA(cudaMemsetAsync(a, 3, 4 * KiB, s));
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, raw_attribute, p), 0);
+  ck_assert_int_eq(pthread_join(t, NULL), 0);
+  ck_assert_int_eq(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated);
+  (void)cudaGetLastError();
+  ck_assert_ptr_null(graph);
+  CK_SPOOL(spool_free(p, a, s));
+  test_pool_destroy(p);
+  test_stream_destroy(s);
+}
+END_TEST
+#endif
+
 #ifdef SPOOL_TEST_SIM
 /* Out of memory during a global-mode capture: no trim, no attribute, no synchronize (each
  * would invalidate the capture); the retry still happens. */
@@ -254,7 +329,9 @@ static Suite *suite(void) {
   tcase_add_test(tc, capture_outside_free_large);
   tcase_add_test(tc, capture_outside_free_cached_track_full);
   tcase_add_test(tc, capture_outside_batch_free);
+  tcase_add_test(tc, capture_other_thread_pool_calls);
 #ifdef SPOOL_TEST_SIM
+  tcase_add_test(tc, capture_other_thread_raw_call_invalidates);
   tcase_add_test(tc, capture_oom_makes_no_pool_calls);
 #endif
   suite_add_tcase(su, tc);
