@@ -1655,6 +1655,7 @@ static void stream_forget(struct CUstream_st *s) {
     }
   s->next = graveyard.streams;
   graveyard.streams = s;
+  progress(); /* what waited for s completes */
 }
 
 static cudaError_t stream_destroy(cudaStream_t h) {
