@@ -75,7 +75,8 @@ static bool run_config(const char *text, int rounds, const cudaStream_t *streams
       live[k][slot] = nullptr;
       const bool more = i < kPairs * kStreams;
       const size_t size = more ? random_size(&rng) : 0;
-      if (ok && more) ok = spool_ok(spool_alloc(pool, &live[k][slot], size, s), "spool_alloc", __LINE__);
+      if (ok && more)
+        ok = spool_ok(spool_alloc(pool, &live[k][slot], size, s), "spool_alloc", __LINE__);
       alloc_sec += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       // The "kernel": something on the stream that uses the buffer.
       if (ok && more)
@@ -100,7 +101,8 @@ static bool run_config(const char *text, int rounds, const cudaStream_t *streams
   }
   for (int k = 0; k < kStreams; ++k) // after a failure: what is still live
     for (int j = 0; j < kLive; ++j)
-      if (live[k][j]) ok = spool_ok(spool_free(pool, live[k][j], streams[k]), "free", __LINE__) && ok;
+      if (live[k][j])
+        ok = spool_ok(spool_free(pool, live[k][j], streams[k]), "spool_free", __LINE__) && ok;
   for (int i = 0; i < kStreams; ++i)
     ok = spool_ok(spool_stream_release(pool, streams[i]), "spool_stream_release", __LINE__) && ok;
   return spool_ok(spool_pool_destroy(pool), "spool_pool_destroy", __LINE__) && ok;

@@ -164,10 +164,12 @@ static bool run(App &app) {
 static bool release(App &app) {
   bool ok = true;
   if (app.s) ok = cuda_ok(cudaStreamSynchronize(app.s), "cudaStreamSynchronize", __LINE__);
-  if (app.exec) ok = cuda_ok(cudaGraphExecDestroy(app.exec), "cudaGraphExecDestroy", __LINE__) && ok;
+  if (app.exec)
+    ok = cuda_ok(cudaGraphExecDestroy(app.exec), "cudaGraphExecDestroy", __LINE__) && ok;
   if (app.graph) ok = cuda_ok(cudaGraphDestroy(app.graph), "cudaGraphDestroy", __LINE__) && ok;
   if (app.in) ok = spool_ok(spool_free(app.pool, app.in, app.s), "spool_free(in)", __LINE__) && ok;
-  if (app.out) ok = spool_ok(spool_free(app.pool, app.out, app.s), "spool_free(out)", __LINE__) && ok;
+  if (app.out)
+    ok = spool_ok(spool_free(app.pool, app.out, app.s), "spool_free(out)", __LINE__) && ok;
   if (app.s && app.pool)
     ok = spool_ok(spool_stream_release(app.pool, app.s), "spool_stream_release", __LINE__) && ok;
   ok = spool_ok(spool_pool_destroy(app.pool), "spool_pool_destroy", __LINE__) && ok;
@@ -179,7 +181,8 @@ static bool parse(int argc, char **argv, Options *o) {
   for (int i = 1; i < argc; ++i) {
     long v = i + 1 < argc ? std::strtol(argv[i + 1], nullptr, 10) : 0;
     if (!std::strcmp(argv[i], "--replays") && v > 0 && v <= 100000000) o->replays = (int)v;
-    else if (!std::strcmp(argv[i], "--elements") && v > 0 && v <= (1l << 28)) o->elements = (size_t)v;
+    else if (!std::strcmp(argv[i], "--elements") && v > 0 && v <= (1l << 28))
+      o->elements = (size_t)v;
     else {
       std::fprintf(stderr, "usage: graph_replay [--replays N] [--elements E]\n");
       return false;

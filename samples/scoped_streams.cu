@@ -179,7 +179,8 @@ static bool parse(int argc, char **argv, Options *o) {
     long v = i + 1 < argc ? std::strtol(argv[i + 1], nullptr, 10) : 0;
     if (!std::strcmp(argv[i], "--jobs") && v > 0 && v <= 10000000) o->jobs = (int)v;
     else if (!std::strcmp(argv[i], "--streams") && v > 0 && v <= 64) o->streams = (int)v;
-    else if (!std::strcmp(argv[i], "--elements") && v >= 8 && v <= (1l << 28)) o->elements = (size_t)v;
+    else if (!std::strcmp(argv[i], "--elements") && v >= 8 && v <= (1l << 28))
+      o->elements = (size_t)v;
     else {
       std::fprintf(stderr, "usage: scoped_streams [--jobs N] [--streams S] [--elements E]\n");
       return false;

@@ -1,8 +1,9 @@
 /* Scopes: temporaries for work on one stream, freed together, in stream order, at the end.
  *
  * A scope takes chunks with spool_alloc on its stream (1 MiB, doubling to 64 MiB; a larger
- * request gets a chunk of its own size) and bump-allocates 256-aligned pieces from the newest one, so most
- * spool_scope_alloc calls move a pointer under the scope's lock and make no CUDA call. At the
+ * request gets a chunk of its own size) and bump-allocates 256-aligned pieces from the newest
+ * one, so most spool_scope_alloc calls move a pointer under the scope's lock and make no CUDA
+ * call. At the
  * end the chunks go back with spool_free on the stream: into the stream's cache, where the next
  * scope on that stream takes them again without a CUDA call; cache_limit and spool_trim bound
  * what stays reserved. Under capture spool_alloc bypasses the caches by itself, so a scope begun

@@ -5,7 +5,9 @@
  * Built twice: check_batch_sim (cudasim) and check_batch_gpu (real CUDA). */
 #include "test_main.h"
 
-static uintptr_t off(void *const *ptrs, size_t i) { return (uintptr_t)ptrs[i] - (uintptr_t)ptrs[0]; }
+static uintptr_t off(void *const *ptrs, size_t i) {
+  return (uintptr_t)ptrs[i] - (uintptr_t)ptrs[0];
+}
 
 /* ---- layout ---------------------------------------------------------------------------------- */
 
@@ -80,7 +82,7 @@ START_TEST(batch_bad_arguments) {
 }
 END_TEST
 
-/* ---- frees ------------------------------------------------------------------------------------ */
+/* ---- frees ----------------------------------------------------------------------------------- */
 
 /* cfg: the path the batch takes (cached, uncached, too large for the cache). */
 static void member_refused(const char *cfg, size_t each) {
@@ -133,7 +135,7 @@ START_TEST(batch_member_known_to_pool_of) {
 }
 END_TEST
 
-/* ---- leak report ------------------------------------------------------------------------------ */
+/* ---- leak report ----------------------------------------------------------------------------- */
 
 START_TEST(batch_in_leak_report) {
   spool_pool *p = test_pool_with(NULL);
@@ -157,7 +159,7 @@ START_TEST(batch_in_leak_report) {
 }
 END_TEST
 
-/* ---- data ------------------------------------------------------------------------------------- */
+/* ---- data ------------------------------------------------------------------------------------ */
 
 /* Each sub-buffer is filled with its own byte; reading the whole batch back shows every byte
  * where it belongs, so no two sub-buffers overlap. */

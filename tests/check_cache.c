@@ -9,6 +9,20 @@
 
 #include <pthread.h>
 
+static spool_pool *pool_with(const char *text) {
+  spool_config cfg = test_config();
+  if (text) CK_SPOOL(spool_config_parse(&cfg, text));
+  return test_pool_create(&cfg);
+}
+
+static void *alloc_on(spool_pool *p, size_t size, cudaStream_t s) {
+  void *ptr = TEST_SENTINEL;
+  CK_SPOOL(spool_alloc(p, &ptr, size, s));
+  ck_assert_ptr_nonnull(ptr);
+  ck_assert_ptr_ne(ptr, TEST_SENTINEL);
+  return ptr;
+}
+
 static void check_cache_stats(spool_pool *p, uint64_t hits, uint64_t misses, uint64_t cached) {
   spool_stats st = test_stats(p);
   ck_assert_msg(st.cache_hits == hits && st.cache_misses == misses && st.bytes_cached == cached,
@@ -20,13 +34,13 @@ static void check_cache_stats(spool_pool *p, uint64_t hits, uint64_t misses, uin
 /* ---- hits and size classes ------------------------------------------------------------------ */
 
 START_TEST(cache_hit_on_same_stream) {
-  spool_pool *p = test_pool_with(NULL);
+  spool_pool *p = pool_with(NULL);
   cudaStream_t s = test_stream_create();
-  void *a = test_alloc_on(p, MiB, s);
+  void *a = alloc_on(p, MiB, s);
   check_cache_stats(p, 0, 1, 0);
   CK_SPOOL(spool_free(p, a, s));
   check_cache_stats(p, 0, 1, MiB);
-  void *b = test_alloc_on(p, MiB, s);
+  void *b = alloc_on(p, MiB, s);
   ck_assert_ptr_eq(a, b); /* stream order makes the reuse safe: no CUDA call needed */
   check_cache_stats(p, 1, 1, 0);
   spool_stats st = test_stats(p);
@@ -41,30 +55,30 @@ START_TEST(cache_hit_on_same_stream) {
 END_TEST
 
 START_TEST(cache_size_classes) {
-  spool_pool *p = test_pool_with(NULL);
+  spool_pool *p = pool_with(NULL);
   cudaStream_t s = test_stream_create();
-  void *a = test_alloc_on(p, 1000, s); /* class of 1 KiB */
+  void *a = alloc_on(p, 1000, s); /* class of 1 KiB */
   CK_SPOOL(spool_free(p, a, s));
   check_cache_stats(p, 0, 1, KiB);
-  void *b = test_alloc_on(p, 700, s); /* same class: the same block */
+  void *b = alloc_on(p, 700, s); /* same class: the same block */
   ck_assert_ptr_eq(a, b);
   CK_SPOOL(spool_free(p, b, s));
-  void *c = test_alloc_on(p, 1100, s); /* the next class (1.5 KiB): a new block */
+  void *c = alloc_on(p, 1100, s); /* the next class (1.5 KiB): a new block */
   ck_assert_ptr_ne(c, a);
   check_cache_stats(p, 1, 2, KiB);
   /* Eight classes per doubling above 4 KiB: 5 MiB + 1 byte is served by a 5.5 MiB block, so a
    * 5.4 MiB request takes the same block back. */
-  void *d = test_alloc_on(p, 5 * MiB + 1, s);
+  void *d = alloc_on(p, 5 * MiB + 1, s);
   CK_SPOOL(spool_free(p, d, s));
   check_cache_stats(p, 1, 3, KiB + 5 * MiB + MiB / 2);
-  void *e = test_alloc_on(p, 5 * MiB + 400 * KiB, s);
+  void *e = alloc_on(p, 5 * MiB + 400 * KiB, s);
   ck_assert_ptr_eq(d, e);
   CK_SPOOL(spool_free(p, c, s));
   CK_SPOOL(spool_free(p, e, s));
   /* An empty class borrows from the nearest cached class up to twice its size, never more. */
-  void *f = test_alloc_on(p, 300, s); /* class 512 B: takes the 1 KiB block */
+  void *f = alloc_on(p, 300, s); /* class 512 B: takes the 1 KiB block */
   ck_assert_ptr_eq(f, a);
-  void *g = test_alloc_on(p, 600 * KiB, s); /* nothing within 1.2 MiB: the 5.5 MiB block stays */
+  void *g = alloc_on(p, 600 * KiB, s); /* nothing within 1.2 MiB: the 5.5 MiB block stays */
   ck_assert_ptr_ne(g, d);
   check_cache_stats(p, 3, 4, 3 * KiB / 2 + 5 * MiB + MiB / 2); /* c and d cached */
   CK_SPOOL(spool_free(p, f, s));
@@ -79,15 +93,15 @@ END_TEST
 /* A block cached on s1 goes to s2 only after an event recorded on s1 after the free has
  * completed. s2's miss asks for that fence; s1's next free records it. */
 START_TEST(cache_other_stream_waits_for_fence) {
-  spool_pool *p = test_pool_with(NULL);
+  spool_pool *p = pool_with(NULL);
   cudaStream_t s1 = test_stream_create(), s2 = test_stream_create();
-  void *a = test_alloc_on(p, 64 * KiB, s1), *x = test_alloc_on(p, 64 * KiB, s1);
+  void *a = alloc_on(p, 64 * KiB, s1), *x = alloc_on(p, 64 * KiB, s1);
   CK_SPOOL(spool_free(p, a, s1));
-  void *b = test_alloc_on(p, 64 * KiB, s2); /* no fence yet: the pool serves, s1 is asked for one */
+  void *b = alloc_on(p, 64 * KiB, s2); /* no fence yet: the pool serves, s1 is asked for one */
   ck_assert_ptr_ne(a, b);
   CK_SPOOL(spool_free(p, x, s1));      /* records the fence, after both frees */
   CK_CUDA(cudaStreamSynchronize(s1));  /* the fence completes */
-  void *c = test_alloc_on(p, 64 * KiB, s2);
+  void *c = alloc_on(p, 64 * KiB, s2);
   ck_assert_ptr_eq(a, c);              /* the oldest block first */
   check_cache_stats(p, 0, 4, 64 * KiB);
   CK_SPOOL(spool_free(p, b, s2));
@@ -101,18 +115,18 @@ END_TEST
 #ifdef SPOOL_TEST_SIM
 /* While s1's work is not done, its blocks stay out of s2's reach, however often s2 asks. */
 START_TEST(cache_fence_not_passed_keeps_block) {
-  spool_pool *p = test_pool_with(NULL);
+  spool_pool *p = pool_with(NULL);
   cudaStream_t s1 = test_stream_create(), s2 = test_stream_create();
-  void *a = test_alloc_on(p, 64 * KiB, s1), *x = test_alloc_on(p, 64 * KiB, s1);
+  void *a = alloc_on(p, 64 * KiB, s1), *x = alloc_on(p, 64 * KiB, s1);
   cudasim_hold(s1);
   CK_SPOOL(spool_free(p, a, s1));
   void *got[4];
-  got[0] = test_alloc_on(p, 64 * KiB, s2); /* asks for a fence */
+  got[0] = alloc_on(p, 64 * KiB, s2); /* asks for a fence */
   CK_SPOOL(spool_free(p, x, s1));     /* which waits behind s1's held work */
-  for (int i = 1; i < 4; i++) got[i] = test_alloc_on(p, 64 * KiB, s2);
+  for (int i = 1; i < 4; i++) got[i] = alloc_on(p, 64 * KiB, s2);
   for (int i = 0; i < 4; i++) ck_assert_ptr_ne(got[i], a);
   cudasim_release(s1);
-  void *c = test_alloc_on(p, 64 * KiB, s2);
+  void *c = alloc_on(p, 64 * KiB, s2);
   ck_assert_ptr_eq(c, a);
   for (int i = 0; i < 4; i++) CK_SPOOL(spool_free(p, got[i], s2));
   CK_SPOOL(spool_free(p, c, s2));
@@ -125,16 +139,16 @@ END_TEST
 
 /* Freed on another stream than its own: the freeing stream's cache takes it. */
 START_TEST(cache_free_on_other_stream) {
-  spool_pool *p = test_pool_with(NULL);
+  spool_pool *p = pool_with(NULL);
   cudaStream_t s1 = test_stream_create(), s2 = test_stream_create();
-  void *a = test_alloc_on(p, 256 * KiB, s1);
+  void *a = alloc_on(p, 256 * KiB, s1);
   CK_CUDA(cudaStreamSynchronize(s1)); /* the user orders s1's use before the free on s2 */
   CK_SPOOL(spool_free(p, a, s2));
   spool_stats st = test_stats(p);
   ck_assert_uint_eq(st.bytes_in_use, 0);
   ck_assert_uint_eq(st.buffers_in_use, 0);
   ck_assert_uint_eq(st.bytes_cached, 256 * KiB);
-  void *b = test_alloc_on(p, 256 * KiB, s2);
+  void *b = alloc_on(p, 256 * KiB, s2);
   ck_assert_ptr_eq(a, b);
   /* and a second free of the same pointer is caught in its new cache */
   CK_SPOOL(spool_free(p, b, s2));
@@ -149,10 +163,10 @@ END_TEST
 /* ---- the legacy and per-thread streams --------------------------------------------------- */
 
 START_TEST(cache_legacy_stream_one_cache) {
-  spool_pool *p = test_pool_with(NULL);
-  void *a = test_alloc_on(p, 8 * KiB, NULL);
+  spool_pool *p = pool_with(NULL);
+  void *a = alloc_on(p, 8 * KiB, NULL);
   CK_SPOOL(spool_free(p, a, cudaStreamLegacy)); /* the same stream under its other name */
-  void *b = test_alloc_on(p, 8 * KiB, NULL);
+  void *b = alloc_on(p, 8 * KiB, NULL);
   ck_assert_ptr_eq(a, b);
   check_cache_stats(p, 1, 1, 0);
   CK_SPOOL(spool_free(p, b, NULL));
@@ -182,8 +196,8 @@ static void *per_thread_body(void *arg) {
 /* cudaStreamPerThread is one handle and a different stream in every thread: a block cached by
  * one thread is not another thread's to take at once. */
 START_TEST(cache_per_thread_streams_are_distinct) {
-  spool_pool *p = test_pool_with(NULL);
-  void *mine = test_alloc_on(p, 32 * KiB, cudaStreamPerThread);
+  spool_pool *p = pool_with(NULL);
+  void *mine = alloc_on(p, 32 * KiB, cudaStreamPerThread);
   CK_SPOOL(spool_free(p, mine, cudaStreamPerThread));
   per_thread_arg a = {.pool = p};
   pthread_t t;
@@ -194,7 +208,7 @@ START_TEST(cache_per_thread_streams_are_distinct) {
                 spool_status_name(a.s1), spool_status_name(a.s2), a.error);
   ck_assert_ptr_ne(a.first, mine); /* the other thread did not take this thread's block */
   ck_assert_ptr_eq(a.second, a.first); /* but reused its own */
-  void *again = test_alloc_on(p, 32 * KiB, cudaStreamPerThread);
+  void *again = alloc_on(p, 32 * KiB, cudaStreamPerThread);
   ck_assert_ptr_eq(again, mine);
   CK_SPOOL(spool_free(p, again, cudaStreamPerThread));
   CK_SPOOL(spool_free(p, a.second, cudaStreamPerThread));
@@ -221,13 +235,13 @@ static void capture_round(spool_pool *p, cudaStream_t s, void *cached, bool expe
 }
 
 START_TEST(cache_bypassed_under_capture) {
-  spool_pool *p = test_pool_with(NULL);
+  spool_pool *p = pool_with(NULL);
   cudaStream_t s = test_stream_create();
-  void *a = test_alloc_on(p, 64 * KiB, s);
+  void *a = alloc_on(p, 64 * KiB, s);
   CK_SPOOL(spool_free(p, a, s));
   capture_round(p, s, a, false); /* a reused pointer would be baked into the graph */
   check_cache_stats(p, 0, 1, 64 * KiB);
-  void *b = test_alloc_on(p, 64 * KiB, s); /* after the capture the cache serves again */
+  void *b = alloc_on(p, 64 * KiB, s); /* after the capture the cache serves again */
   ck_assert_ptr_eq(a, b);
   check_cache_stats(p, 1, 1, 0);
   CK_SPOOL(spool_free(p, b, s));
@@ -239,9 +253,9 @@ END_TEST
 /* A buffer the cache served, freed inside a capture (track=full asks at the free): refused, the
  * capture intact, and the buffer still the caller's to free after it. */
 START_TEST(cache_free_under_capture_refused) {
-  spool_pool *p = test_pool_with("track=full");
+  spool_pool *p = pool_with("track=full");
   cudaStream_t s = test_stream_create();
-  void *a = test_alloc_on(p, 64 * KiB, s);
+  void *a = alloc_on(p, 64 * KiB, s);
   cudaGraph_t graph = NULL;
   CK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
   spool_status st = spool_free(p, a, s);
@@ -260,12 +274,12 @@ END_TEST
 /* capture_check=off skips the question: then the cache serves even under capture (the trade-off
  * the README states), which shows that the check is what keeps it out. */
 START_TEST(cache_capture_check_off_serves_under_capture) {
-  spool_pool *p = test_pool_with("capture_check=off");
+  spool_pool *p = pool_with("capture_check=off");
   cudaStream_t s = test_stream_create();
-  void *a = test_alloc_on(p, 64 * KiB, s);
+  void *a = alloc_on(p, 64 * KiB, s);
   CK_SPOOL(spool_free(p, a, s));
   capture_round(p, s, a, true);
-  void *b = test_alloc_on(p, 64 * KiB, s);
+  void *b = alloc_on(p, 64 * KiB, s);
   ck_assert_ptr_eq(a, b);
   CK_SPOOL(spool_free(p, b, s));
   test_pool_destroy(p); /* before the stream: its cache frees on it */
@@ -276,16 +290,16 @@ END_TEST
 /* ---- bounds ------------------------------------------------------------------------------- */
 
 START_TEST(cache_limit_sends_frees_to_pool) {
-  spool_pool *p = test_pool_with("cache_limit=1MiB");
+  spool_pool *p = pool_with("cache_limit=1MiB");
   cudaStream_t s = test_stream_create();
-  void *a = test_alloc_on(p, MiB, s), *b = test_alloc_on(p, MiB, s);
+  void *a = alloc_on(p, MiB, s), *b = alloc_on(p, MiB, s);
   CK_SPOOL(spool_free(p, a, s));
   CK_SPOOL(spool_free(p, b, s)); /* the cache is full: b goes to the pool */
   check_cache_stats(p, 0, 2, MiB);
   spool_stats st = test_stats(p);
   ck_assert_uint_eq(st.frees, 2);
   ck_assert_uint_eq(st.bytes_in_use, 0);
-  void *c = test_alloc_on(p, MiB, s);
+  void *c = alloc_on(p, MiB, s);
   ck_assert_ptr_eq(c, a);
   CK_SPOOL(spool_free(p, c, s));
   test_pool_destroy(p); /* before the stream: its cache frees on it */
@@ -294,15 +308,15 @@ START_TEST(cache_limit_sends_frees_to_pool) {
 END_TEST
 
 START_TEST(cache_max_block_skips_cache) {
-  spool_pool *p = test_pool_with("cache_max_block=1MiB");
+  spool_pool *p = pool_with("cache_max_block=1MiB");
   cudaStream_t s = test_stream_create();
-  void *a = test_alloc_on(p, 2 * MiB, s);
+  void *a = alloc_on(p, 2 * MiB, s);
   CK_SPOOL(spool_free(p, a, s));
   check_cache_stats(p, 0, 0, 0);
   spool_stats st = test_stats(p);
   ck_assert_uint_eq(st.allocs, 1);
   ck_assert_uint_eq(st.frees, 1);
-  void *b = test_alloc_on(p, MiB, s); /* at the limit: cached */
+  void *b = alloc_on(p, MiB, s); /* at the limit: cached */
   CK_SPOOL(spool_free(p, b, s));
   check_cache_stats(p, 0, 1, MiB);
   test_pool_destroy(p); /* before the stream: its cache frees on it */
@@ -311,11 +325,11 @@ START_TEST(cache_max_block_skips_cache) {
 END_TEST
 
 START_TEST(cache_off_never_caches) {
-  spool_pool *p = test_pool_with("cache=off");
+  spool_pool *p = pool_with("cache=off");
   cudaStream_t s = test_stream_create();
-  void *a = test_alloc_on(p, MiB, s);
+  void *a = alloc_on(p, MiB, s);
   CK_SPOOL(spool_free(p, a, s));
-  void *b = test_alloc_on(p, MiB, s);
+  void *b = alloc_on(p, MiB, s);
   CK_SPOOL(spool_free(p, b, s));
   check_cache_stats(p, 0, 0, 0);
   spool_stats st = test_stats(p);
@@ -330,9 +344,9 @@ END_TEST
 /* ---- flushes -------------------------------------------------------------------------------- */
 
 START_TEST(cache_flushed_by_trim) {
-  spool_pool *p = test_pool_with(NULL);
+  spool_pool *p = pool_with(NULL);
   cudaStream_t s = test_stream_create();
-  void *a = test_alloc_on(p, 4 * MiB, s);
+  void *a = alloc_on(p, 4 * MiB, s);
   CK_SPOOL(spool_free(p, a, s));
   CK_CUDA(cudaStreamSynchronize(s));
   ck_assert_uint_ge(test_stats(p).bytes_reserved, 4 * MiB); /* the cache holds it */
@@ -349,10 +363,10 @@ START_TEST(cache_flushed_by_trim) {
 END_TEST
 
 START_TEST(cache_stream_release) {
-  spool_pool *p = test_pool_with(NULL);
+  spool_pool *p = pool_with(NULL);
   cudaStream_t s = test_stream_create();
-  void *keep = test_alloc_on(p, MiB, s);
-  void *a = test_alloc_on(p, MiB, s);
+  void *keep = alloc_on(p, MiB, s);
+  void *a = alloc_on(p, MiB, s);
   CK_SPOOL(spool_free(p, a, s));
   CK_SPOOL(spool_stream_release(p, s));
   check_cache_stats(p, 0, 2, 0);
@@ -370,9 +384,9 @@ START_TEST(cache_stream_release) {
 END_TEST
 
 START_TEST(cache_destroy_gives_blocks_back) {
-  spool_pool *p = test_pool_with(NULL);
+  spool_pool *p = pool_with(NULL);
   cudaStream_t s = test_stream_create();
-  for (int i = 0; i < 8; i++) CK_SPOOL(spool_free(p, test_alloc_on(p, (size_t)(i + 1) * 100 * KiB, s),
+  for (int i = 0; i < 8; i++) CK_SPOOL(spool_free(p, alloc_on(p, (size_t)(i + 1) * 100 * KiB, s),
                                                   s));
   ck_assert_uint_gt(test_stats(p).bytes_cached, 0);
   CK_SPOOL(spool_pool_destroy(p)); /* cached blocks are not leaks */
@@ -388,11 +402,11 @@ END_TEST
 /* Out of memory, the caches go back first: a block cached on s1 makes room for s2. */
 START_TEST(cache_flushed_on_oom) {
   cudasim_set_capacity(0, 8 * MiB);
-  spool_pool *p = test_pool_with(NULL);
+  spool_pool *p = pool_with(NULL);
   cudaStream_t s1 = test_stream_create(), s2 = test_stream_create();
-  void *a = test_alloc_on(p, 6 * MiB, s1);
+  void *a = alloc_on(p, 6 * MiB, s1);
   CK_SPOOL(spool_free(p, a, s1));
-  void *b = test_alloc_on(p, 5 * MiB, s2); /* another class, and the device is full */
+  void *b = alloc_on(p, 5 * MiB, s2); /* another class, and the device is full */
   spool_stats st = test_stats(p);
   ck_assert_uint_eq(st.bytes_cached, 0);
   ck_assert_uint_ge(st.cache_flushes, 1);
@@ -407,9 +421,9 @@ END_TEST
 /* A stream destroyed before spool_stream_release: the capture check at the next allocation on it
  * finds out, and with track=full the one at a free. */
 START_TEST(cache_destroyed_stream_is_named) {
-  spool_pool *p = test_pool_with("track=full");
+  spool_pool *p = pool_with("track=full");
   cudaStream_t s = test_stream_create();
-  void *a = test_alloc_on(p, MiB, s), *b = TEST_SENTINEL;
+  void *a = alloc_on(p, MiB, s), *b = TEST_SENTINEL;
   test_stream_destroy(s);
   CK_STATUS(spool_alloc(p, &b, MiB, s), SPOOL_ERR_CUDA);
   CK_LAST_ERROR_HAS("destroyed");
@@ -427,7 +441,7 @@ END_TEST
 /* ---- what tracking says about cached blocks --------------------------------------------- */
 
 START_TEST(cache_double_free_names_first_free) {
-  spool_pool *p = test_pool_with(NULL);
+  spool_pool *p = pool_with(NULL);
   cudaStream_t s = test_stream_create();
   void *a = NULL;
   CK_SPOOL(SPOOL_ALLOC(p, &a, 3000, s));
@@ -446,9 +460,9 @@ START_TEST(cache_double_free_names_first_free) {
 END_TEST
 
 START_TEST(cache_interior_and_wrong_pool) {
-  spool_pool *p = test_pool_with(NULL), *q = test_pool_with(NULL);
+  spool_pool *p = pool_with(NULL), *q = pool_with(NULL);
   cudaStream_t s = test_stream_create();
-  void *a = test_alloc_on(p, 4096, s);
+  void *a = alloc_on(p, 4096, s);
   CK_STATUS(spool_free(p, (char *)a + 512, s), SPOOL_ERR_INTERIOR_POINTER);
   CK_LAST_ERROR_HAS("512 bytes into");
   CK_STATUS(spool_free(q, a, s), SPOOL_ERR_WRONG_POOL);
@@ -460,7 +474,7 @@ START_TEST(cache_interior_and_wrong_pool) {
 END_TEST
 
 START_TEST(cache_leak_report_lists_cached_path_buffers) {
-  spool_pool *p = test_pool_with(NULL);
+  spool_pool *p = pool_with(NULL);
   cudaStream_t s = test_stream_create();
   void *a = NULL, *b = NULL;
   CK_SPOOL(SPOOL_ALLOC(p, &a, 5000, s));
@@ -484,17 +498,17 @@ START_TEST(cache_leak_report_lists_cached_path_buffers) {
 END_TEST
 
 START_TEST(cache_poison_in_stream_order) {
-  spool_pool *p = test_pool_with("poison=on");
+  spool_pool *p = pool_with("poison=on");
   cudaStream_t s = test_stream_create();
   unsigned char host[512];
-  void *a = test_alloc_on(p, sizeof host, s);
+  void *a = alloc_on(p, sizeof host, s);
   CK_CUDA(cudaMemsetAsync(a, 0x11, sizeof host, s));
   CK_SPOOL(spool_free(p, a, s));
   CK_CUDA(cudaStreamSynchronize(s));
   CK_CUDA(cudaMemcpy(host, a, sizeof host, cudaMemcpyDeviceToHost)); /* cached: still mapped */
   ck_assert_uint_eq(host[0], 0xDD);
   ck_assert_uint_eq(host[sizeof host - 1], 0xDD);
-  void *b = test_alloc_on(p, sizeof host, s);
+  void *b = alloc_on(p, sizeof host, s);
   ck_assert_ptr_eq(a, b);
   CK_CUDA(cudaStreamSynchronize(s));
   CK_CUDA(cudaMemcpy(host, b, sizeof host, cudaMemcpyDeviceToHost));
@@ -509,11 +523,11 @@ END_TEST
 /* ---- stats ---------------------------------------------------------------------------------- */
 
 START_TEST(cache_peaks_exact_on_one_stream) {
-  spool_pool *p = test_pool_with(NULL);
+  spool_pool *p = pool_with(NULL);
   cudaStream_t s = test_stream_create();
   void *v[100];
   for (int round = 0; round < 3; round++) {
-    for (int i = 0; i < 100; i++) v[i] = test_alloc_on(p, 1000, s);
+    for (int i = 0; i < 100; i++) v[i] = alloc_on(p, 1000, s);
     for (int i = 0; i < 100; i++) CK_SPOOL(spool_free(p, v[i], s));
   }
   spool_stats st = test_stats(p);
@@ -522,7 +536,7 @@ START_TEST(cache_peaks_exact_on_one_stream) {
   ck_assert_uint_eq(st.cache_hits, 200);
   ck_assert_uint_eq(st.cache_misses, 100);
   CK_SPOOL(spool_stats_reset_peaks(p));
-  void *one = test_alloc_on(p, 10, s);
+  void *one = alloc_on(p, 10, s);
   st = test_stats(p);
   ck_assert_uint_eq(st.bytes_in_use_peak, 10);
   ck_assert_uint_eq(st.buffers_in_use_peak, 1);
@@ -565,7 +579,7 @@ static void *work(void *arg) {
 }
 
 START_TEST(cache_threads_own_streams) {
-  spool_pool *p = test_pool_with(NULL);
+  spool_pool *p = pool_with(NULL);
   worker w[THREADS];
   pthread_t t[THREADS];
   for (int i = 0; i < THREADS; i++) {

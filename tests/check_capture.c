@@ -208,7 +208,7 @@ START_TEST(capture_outside_batch_free) {
 }
 END_TEST
 
-/* ---- other threads during a global-mode capture ----------------------------------------------- */
+/* ---- other threads during a global-mode capture ---------------------------------------------- */
 
 typedef struct admin_job {
   spool_pool *pool;

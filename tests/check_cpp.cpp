@@ -676,7 +676,7 @@ END_TEST
 #endif /* SPOOL_TEST_SIM */
 
 
-/* ---- scope and batch (issue 5) ----------------------------------------------------------------- */
+/* ---- scope and batch (issue 5) --------------------------------------------------------------- */
 
 static_assert(!std::is_copy_constructible<spool::scope>::value, "scope is move-only");
 static_assert(std::is_nothrow_move_constructible<spool::scope>::value, "scope moves");

@@ -95,7 +95,7 @@ START_TEST(handoff_refused_under_capture) {
 }
 END_TEST
 
-/* ---- the hand-off, in cudasim's deferred completion ------------------------------------------- */
+/* ---- the hand-off, in cudasim's deferred completion ------------------------------------------ */
 
 #ifdef SPOOL_TEST_SIM
 /* cfg: cached or uncached. While s2 is held, the buffer freed on s1 with s2 recorded is handed
@@ -216,7 +216,7 @@ START_TEST(handoff_data_after_free) {
 }
 END_TEST
 
-/* ---- the race on the GPU ---------------------------------------------------------------------- */
+/* ---- the race on the GPU --------------------------------------------------------------------- */
 
 #ifndef SPOOL_TEST_SIM
 /* s2 runs a kernel that waits 200 ms, then checks that a still holds what s1 wrote. Meanwhile

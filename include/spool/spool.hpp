@@ -523,7 +523,9 @@ class pool {
   }
 
   /* A scope for temporaries on stream (see spool::scope). */
-  [[nodiscard]] spool::scope begin_scope(cudaStream_t stream) { return spool::scope(pool_, stream); }
+  [[nodiscard]] spool::scope begin_scope(cudaStream_t stream) {
+    return spool::scope(pool_, stream);
+  }
 
   /* Sub-buffers of the given sizes in one allocation (see spool::batch). */
   [[nodiscard]] batch alloc_batch(const std::vector<std::size_t> &sizes, cudaStream_t stream,
