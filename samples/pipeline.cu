@@ -9,6 +9,9 @@
 //   (a) cudaMalloc / cudaFree around each kernel   (what people write today)
 //   (b) spool_alloc / spool_free around each kernel, on the frame's stream (stream-ordered, from
 //       a cudaMemPool that keeps its memory between frames)
+//   (c) one spool_scope per frame: every temporary is a spool_scope_alloc from the frame's
+//       scope (mostly a pointer bump), and spool_scope_end after the last kernel frees them all
+//       in stream order; no per-temporary free to forget
 //
 // The allocation pattern is the same in both runs, only the two calls differ. Each frame goes
 // through the kernels on its own stream (frames round-robin over the streams):
@@ -98,6 +101,8 @@ struct Strategy {
   const char *name;
   spool_pool *pool;      // NULL: cudaMalloc/cudaFree; else spool_alloc/spool_free from this pool
   double alloc_seconds;  // host time spent inside the allocate and free calls of timed frames
+  bool scoped = false;   // (c): temporaries from the frame's scope, freed when it ends
+  spool_scope *scope = nullptr;  // the current frame's scope
 };
 
 using Clock = std::chrono::steady_clock;
@@ -112,7 +117,9 @@ template <typename T>
 static bool tmp_alloc(Strategy &st, T **p, size_t count, cudaStream_t stream) {
   void *q = nullptr;
   const Clock::time_point t0 = Clock::now();
-  if (st.pool == nullptr) {
+  if (st.scoped) {
+    SPOOL_CHECK(spool_scope_alloc(st.scope, &q, count * sizeof(T)));
+  } else if (st.pool == nullptr) {
     CUDA_CHECK(cudaMalloc(&q, count * sizeof(T)));
   } else {
     SPOOL_CHECK(spool_alloc(st.pool, &q, count * sizeof(T), stream));
@@ -128,7 +135,9 @@ static bool tmp_alloc(Strategy &st, T **p, size_t count, cudaStream_t stream) {
 template <typename T>
 static bool tmp_free(Strategy &st, T **p, cudaStream_t stream) {
   const Clock::time_point t0 = Clock::now();
-  if (st.pool == nullptr) {
+  if (st.scoped) {
+    // nothing: the frame's scope frees every temporary at its end
+  } else if (st.pool == nullptr) {
     CUDA_CHECK(cudaFree(*p));
   } else {
     SPOOL_CHECK(spool_free(st.pool, *p, stream));
@@ -152,8 +161,29 @@ struct FrameTemps {
     if (vblur) tmp_free(st, &vblur, stream);
     if (grad) tmp_free(st, &grad, stream);
     if (peak) tmp_free(st, &peak, stream);
+    if (st.scope) spool_ok(spool_scope_end(st.scope), "spool_scope_end(scope)", __LINE__);
+    st.scope = nullptr;
   }
 };
+
+// (c): the frame's scope, begun before its first temporary and ended after its last kernel.
+static bool frame_scope_begin(Strategy &st, cudaStream_t stream) {
+  if (!st.scoped) return true;
+  const Clock::time_point t0 = Clock::now();
+  SPOOL_CHECK(spool_scope_begin(st.pool, stream, &st.scope));
+  st.alloc_seconds += seconds_since(t0);
+  return true;
+}
+
+static bool frame_scope_end(Strategy &st) {
+  if (!st.scoped) return true;
+  const Clock::time_point t0 = Clock::now();
+  spool_scope *scope = st.scope;
+  st.scope = nullptr;
+  SPOOL_CHECK(spool_scope_end(scope));
+  st.alloc_seconds += seconds_since(t0);
+  return true;
+}
 
 // ---------------------------------------------------------------------------------------------
 // The pipeline
@@ -181,6 +211,7 @@ static bool run_frame(Strategy &st, const Lane &lane, int frame, const Options &
   const dim3 grid((unsigned)((w + 31) / 32), (unsigned)((h + 7) / 8));
   const cudaStream_t s = lane.stream;
   FrameTemps t{st, s};
+  if (!frame_scope_begin(st, s)) return false;
 
   const double a = 0.05 * frame;  // the disc's orbit; computed here so that the kernel is integer
   const int cx = (int)(w * (0.5 + 0.3 * std::cos(a))), cy = (int)(h * (0.5 + 0.3 * std::sin(a)));
@@ -212,7 +243,7 @@ static bool run_frame(Strategy &st, const Lane &lane, int frame, const Options &
   LAUNCH_CHECK(normalise);
   if (!tmp_free(st, &t.grad, s)) return false;
   if (!tmp_free(st, &t.peak, s)) return false;
-  return true;
+  return frame_scope_end(st);
 }
 
 // Warms up, then times o.frames frames round-robin over the lanes; per-frame output checksums go
@@ -256,7 +287,7 @@ struct App {
   Options o;
   spool_pool *pool = nullptr;
   std::vector<Lane> lanes;
-  unsigned long long *sums[2] = {nullptr, nullptr};  // per-frame checksums of runs (a) and (b)
+  unsigned long long *sums[3] = {nullptr, nullptr, nullptr};  // per-frame checksums, (a) to (c)
 };
 
 static bool setup(App &app) {
@@ -299,34 +330,35 @@ static bool setup(App &app) {
   return true;
 }
 
-// Compares the two runs' per-frame checksums; true when all are equal.
+// Compares the per-frame checksums of runs (b) and (c) with (a)'s; *same when all are equal.
 static bool verify(const App &app, bool *same) {
   const size_t n = (size_t)app.o.frames;
   std::vector<unsigned long long> a(n), b(n);
   CUDA_CHECK(cudaMemcpy(a.data(), app.sums[0], n * sizeof a[0], cudaMemcpyDeviceToHost));
-  CUDA_CHECK(cudaMemcpy(b.data(), app.sums[1], n * sizeof b[0], cudaMemcpyDeviceToHost));
-  size_t differ = 0, first = 0;
+  *same = true;
+  for (int run = 1; run < 3; ++run) {
+    CUDA_CHECK(cudaMemcpy(b.data(), app.sums[run], n * sizeof b[0], cudaMemcpyDeviceToHost));
+    size_t differ = 0, first = 0;
+    for (size_t f = 0; f < n; ++f)
+      if (a[f] != b[f] && differ++ == 0) first = f;
+    if (differ != 0) {
+      std::fprintf(stderr,
+                   "pipeline: the outputs of runs (a) and (%c) differ in %zu of %zu frames; "
+                   "first: frame %zu, checksum %016llx with cudaMalloc, %016llx\n",
+                   'a' + run, differ, n, first, a[first], b[first]);
+      *same = false;
+    }
+  }
   unsigned long long all = 0;  // one number for the whole output, to compare across machines
-  for (size_t f = 0; f < n; ++f) {
-    if (a[f] != b[f] && differ++ == 0) first = f;
-    all = all * 0x100000001b3ull ^ a[f];
-  }
-  *same = differ == 0;
-  if (*same) {
-    std::printf("output: identical in both runs, %zu frames, checksum %016llx\n\n", n, all);
-  } else {
-    std::fprintf(stderr,
-                 "pipeline: the outputs differ in %zu of %zu frames; first: frame %zu, checksum "
-                 "%016llx with cudaMalloc, %016llx with spool\n",
-                 differ, n, first, a[first], b[first]);
-  }
+  for (size_t f = 0; f < n; ++f) all = all * 0x100000001b3ull ^ a[f];
+  if (*same) std::printf("output: identical in all runs, %zu frames, checksum %016llx\n\n", n, all);
   return true;
 }
 
 static void print_table(const Options &o, const Strategy *st, const double *sec) {
   std::printf("%-36s %10s %10s %18s %9s\n", "temporaries per kernel", "ms/frame", "frames/s",
               "alloc+free ms/fr", "speed-up");
-  for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < 3; ++i)
     std::printf("%-36s %10.3f %10.1f %18.3f %8.2fx\n", st[i].name, 1e3 * sec[i] / o.frames,
                 o.frames / sec[i], 1e3 * st[i].alloc_seconds / o.frames, sec[0] / sec[i]);
   std::printf("(alloc+free: host time inside the allocate and free calls; cudaFree's includes "
@@ -355,10 +387,11 @@ static bool release(App &app) {
 
 static bool run(App &app) {
   const Options &o = app.o;
-  Strategy st[2] = {{"cudaMalloc/cudaFree", nullptr, 0.0},
-                    {"spool_alloc/spool_free", app.pool, 0.0}};
-  double sec[2] = {0.0, 0.0};
-  for (int i = 0; i < 2; ++i)
+  Strategy st[3] = {{"cudaMalloc/cudaFree", nullptr, 0.0},
+                    {"spool_alloc/spool_free", app.pool, 0.0},
+                    {"spool_scope per frame", app.pool, 0.0, true}};
+  double sec[3] = {0.0, 0.0, 0.0};
+  for (int i = 0; i < 3; ++i)
     if (!run_strategy(st[i], app.lanes, o, app.sums[i], &sec[i])) return false;
 
   bool same = false;

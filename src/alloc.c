@@ -100,13 +100,15 @@ void spool__bury(spool_pool *pool, const spool__buffer *b, const spool__site *si
   pthread_mutex_unlock(&pool->lock);
 }
 
-/* Enters the new buffer in the table (unless track=off) and the counters. */
-spool_status spool__record_alloc(spool_pool *p, void *ptr, size_t size, cudaStream_t stream,
-                                 const spool__site *site) {
+/* Enters the new buffer in the table (unless track=off) and the counters; graph: it was
+ * allocated during a capture (issue 5). */
+static spool_status record(spool_pool *p, void *ptr, size_t size, cudaStream_t stream,
+                           const spool__site *site, bool graph) {
   spool_status s = SPOOL_OK;
   spool_track track = p->cfg.track;
   /* Keeping the caller's site costs a copy; only the age's clock read is left to track=full. */
-  spool__buffer b = {.ptr = (uintptr_t)ptr, .size = size, .stream = stream, .born = *site};
+  spool__buffer b = {.ptr = (uintptr_t)ptr, .size = size, .stream = stream, .born = *site,
+                     .graph = graph};
   if (track == SPOOL_TRACK_FULL) b.born_ns = spool__now_ns();
   b.seq = atomic_fetch_add(&p->seq, 1) + 1;
   pthread_mutex_lock(&p->lock);
@@ -119,7 +121,12 @@ spool_status spool__record_alloc(spool_pool *p, void *ptr, size_t size, cudaStre
   return s;
 }
 
-static spool_status alloc_impl(spool_pool *pool, void **ptr, size_t size, cudaStream_t stream,
+spool_status spool__record_alloc(spool_pool *p, void *ptr, size_t size, cudaStream_t stream,
+                                 const spool__site *site) {
+  return record(p, ptr, size, stream, site, false);
+}
+
+spool_status spool__alloc_site(spool_pool *pool, void **ptr, size_t size, cudaStream_t stream,
                                const spool__site *site) {
   if (ptr) *ptr = NULL;
   if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", ALLOC);
@@ -152,7 +159,7 @@ static spool_status alloc_impl(spool_pool *pool, void **ptr, size_t size, cudaSt
     if (s != SPOOL_OK) undo_alloc(p, stream, s);
   }
   if (s == SPOOL_OK) {
-    s = spool__record_alloc(pool, p, size, stream, site);
+    s = record(pool, p, size, stream, site, capturing);
     /* Untracked memory could never be freed through spool: give it back now. */
     if (s != SPOOL_OK) undo_alloc(p, stream, s);
   }
@@ -165,20 +172,20 @@ static spool_status alloc_impl(spool_pool *pool, void **ptr, size_t size, cudaSt
 }
 
 spool_status spool_alloc(spool_pool *pool, void **ptr, size_t size, cudaStream_t stream) {
-  static const spool__site none = {NULL, NULL, 0};
-  return alloc_impl(pool, ptr, size, stream, &none);
+  static const spool__site none = {NULL, NULL, 0, 0};
+  return spool__alloc_site(pool, ptr, size, stream, &none);
 }
 
 spool_status spool_alloc_at(spool_pool *pool, void **ptr, size_t size, cudaStream_t stream,
                             const char *file, int line) {
-  spool__site site = {file, NULL, line};
-  return alloc_impl(pool, ptr, size, stream, &site);
+  spool__site site = {file, NULL, line, 0};
+  return spool__alloc_site(pool, ptr, size, stream, &site);
 }
 
 spool_status spool_alloc_tagged(spool_pool *pool, void **ptr, size_t size, cudaStream_t stream,
                                 const char *tag) {
-  spool__site site = {NULL, tag, 0};
-  return alloc_impl(pool, ptr, size, stream, &site);
+  spool__site site = {NULL, tag, 0, 0};
+  return spool__alloc_site(pool, ptr, size, stream, &site);
 }
 
 /* ---- a free that must not reach the driver ------------------------------------------------ */
@@ -219,6 +226,11 @@ static spool_status refuse_free(spool_pool *p, void *ptr, const spool__site *sit
   spool__owner owner;
   spool__site_text(site, here, sizeof here);
   freed_note(r, note, sizeof note);
+  /* issue 5: a batch's sub-buffer or a scope's piece is named as such */
+  spool_status named = SPOOL_OK;
+  if (r->inside) named = spool__batch_refusal(ptr, &r->inside_buf, here);
+  if (r->inside && named == SPOOL_OK) named = spool__scope_refusal(ptr, &r->inside_buf, here);
+  if (named != SPOOL_OK) return named;
   if (r->inside)
     return spool__fail(SPOOL_ERR_INTERIOR_POINTER,
                        "%s: %p points %" PRIuPTR " bytes into buffer %s; free the buffer's start "
@@ -281,13 +293,34 @@ static cudaError_t release_locked(spool_pool *pool, spool__buffer *b, cudaStream
   return err;
 }
 
+/* issue 5: a free during a capture of memory the capture did not allocate. CUDA would refuse it
+ * and invalidate the capture; spool refuses it first, and the capture goes on. */
+static spool_status refuse_in_capture(void *ptr, cudaStream_t stream) {
+  return spool__fail(SPOOL_ERR_INVALID,
+                     "%s: %p was allocated outside the capture that stream %p is in; freeing "
+                     "it inside would break the capture (a graph frees only what it "
+                     "allocated): free it after cudaStreamEndCapture; nothing was freed", FREE,
+                     ptr, (void *)stream);
+}
+
 /* The pool's own table (buffers of the uncached path), under its lock. 1 when ptr was there. */
 static int free_tracked(spool_pool *pool, void *ptr, cudaStream_t stream, const spool__site *site,
                         spool_status *s) {
   spool__buffer b;
   cudaError_t err = cudaSuccess;
   const char *api = "cudaFreeAsync";
+  bool capturing = false; /* about 20 ns, against the microsecond of cudaFreeAsync */
+  if (pool->cfg.capture_check) {
+    *s = spool__stream_capturing(stream, &capturing, FREE);
+    if (*s != SPOOL_OK) return 1;
+  }
   pthread_mutex_lock(&pool->lock);
+  const spool__buffer *rec = capturing ? spool__table_find(&pool->live, (uintptr_t)ptr) : NULL;
+  if (rec && !rec->graph) {
+    pthread_mutex_unlock(&pool->lock);
+    *s = refuse_in_capture(ptr, stream);
+    return 1;
+  }
   int found = spool__table_remove(&pool->live, (uintptr_t)ptr, &b);
   if (found) err = release_locked(pool, &b, stream, site, &api);
   pthread_mutex_unlock(&pool->lock);
@@ -338,10 +371,8 @@ static SPOOL__NOINLINE spool_status free_slow(spool_pool *pool, void *ptr, cudaS
 
 /* Where a free goes: the stream's cache, the pool's table, another stream's cache; else it is
  * refused. With track=off the driver judges what no cache knows. */
-static spool_status free_impl(spool_pool *pool, void *ptr, cudaStream_t stream,
-                              const spool__site *site) {
-  if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", FREE);
-  if (!ptr) return SPOOL_OK;
+spool_status spool__free_plain(spool_pool *pool, void *ptr, cudaStream_t stream,
+                               const spool__site *site) {
   spool_status s = SPOOL_OK;
   spool__buffer dead; /* filled only when ptr sits freed in a cache */
   spool__free_result fr = SPOOL__FREE_PASS;
@@ -350,15 +381,27 @@ static spool_status free_impl(spool_pool *pool, void *ptr, cudaStream_t stream,
   return free_slow(pool, ptr, stream, site, fr, &dead);
 }
 
+spool_status spool__free_site(spool_pool *pool, void *ptr, cudaStream_t stream,
+                              const spool__site *site) {
+  if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", FREE);
+  if (!ptr) return SPOOL_OK;
+  spool_status s;
+  /* issue 5: a buffer with recorded streams (spool_record_stream) goes the hand-off way */
+  if (atomic_load_explicit(&pool->handoff_any, memory_order_relaxed) &&
+      spool__handoff_free(pool, ptr, stream, site, &s))
+    return s;
+  return spool__free_plain(pool, ptr, stream, site);
+}
+
 spool_status spool_free(spool_pool *pool, void *ptr, cudaStream_t stream) {
-  static const spool__site none = {NULL, NULL, 0};
-  return free_impl(pool, ptr, stream, &none);
+  static const spool__site none = {NULL, NULL, 0, 0};
+  return spool__free_site(pool, ptr, stream, &none);
 }
 
 spool_status spool_free_at(spool_pool *pool, void *ptr, cudaStream_t stream, const char *file,
                            int line) {
-  spool__site site = {file, NULL, line};
-  return free_impl(pool, ptr, stream, &site);
+  spool__site site = {file, NULL, line, 0};
+  return spool__free_site(pool, ptr, stream, &site);
 }
 
 /* ---- trim ----------------------------------------------------------------------------------- */
@@ -369,7 +412,10 @@ spool_status spool_trim(spool_pool *pool, size_t keep_bytes) {
   /* Cached blocks are in use as far as the pool knows: they go back first. */
   if (s == SPOOL_OK) s = spool__cache_flush_all(pool, "spool_trim");
   if (s != SPOOL_OK) return s;
+  enum cudaStreamCaptureMode mode;
+  bool relaxed = spool__relaxed_enter(&mode); /* issue 5: other threads' captures */
   cudaError_t err = cudaMemPoolTrimTo(pool->handle, keep_bytes);
+  spool__relaxed_leave(relaxed, mode);
   if (err != cudaSuccess) {
     char keep[SPOOL__SIZE_TEXT];
     return spool__fail_cuda(err, "cudaMemPoolTrimTo", "spool_trim: keep %s on device %d",

@@ -354,7 +354,12 @@ static bool take_fenced(spool_pool *p, spool__scache *c, unsigned cls, spool__bu
   spool__bin *bin = &c->bins[cls];
   if (bin->count == 0) return false;
   if (c->fence_pending) {
+    /* An event query is "potentially unsafe" to CUDA: in relaxed mode it leaves another
+     * thread's global-mode capture alone. */
+    enum cudaStreamCaptureMode mode;
+    bool relaxed = spool__relaxed_enter(&mode);
     cudaError_t err = cudaEventQuery(c->fence);
+    spool__relaxed_leave(relaxed, mode);
     if (err == cudaSuccess) {
       c->safe_tick = c->fence_tick;
       c->fence_pending = false;

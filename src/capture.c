@@ -62,3 +62,17 @@ spool_status spool__stream_capturing(cudaStream_t stream, bool *capturing, const
   *capturing = st != CU_STREAM_CAPTURE_STATUS_NONE;
   return SPOOL_OK;
 }
+
+/* ---- issue 5: pool administration next to other threads' captures ------------------------- */
+
+bool spool__relaxed_enter(enum cudaStreamCaptureMode *old) {
+  *old = cudaStreamCaptureModeRelaxed;
+  if (cudaThreadExchangeStreamCaptureMode(old) == cudaSuccess) return true;
+  spool__clear_cuda_error(); /* the call goes ahead in the thread's own mode */
+  return false;
+}
+
+void spool__relaxed_leave(bool entered, enum cudaStreamCaptureMode old) {
+  if (entered && cudaThreadExchangeStreamCaptureMode(&old) != cudaSuccess)
+    spool__clear_cuda_error();
+}

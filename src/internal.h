@@ -76,6 +76,8 @@ typedef struct spool__site {
   const char *file;
   const char *tag;
   int line;
+  uint32_t batch; /* issue 5: a batch's sub-buffer count (batch.c); 0 for a plain buffer. It
+                     rides in the site, which every path copies into the record as it is. */
 } spool__site;
 
 /* Writes a site for people: "a.c:10", "tag 'scratch'", or that it is unknown. */
@@ -94,6 +96,8 @@ typedef struct spool__buffer {
   uint64_t tick;        /* stream caches: the cache's free count when the block was cached */
   uint16_t cls;         /* stream caches: the size class */
   uint8_t state;        /* stream caches: SPOOL__LIVE or SPOOL__CACHED */
+  uint8_t graph;        /* issue 5: allocated during a stream capture: a graph allocation,
+                           which only a free in the graph (or after its launch) may free */
 } spool__buffer;
 
 enum { SPOOL__LIVE = 0, SPOOL__CACHED = 1 };
@@ -260,6 +264,10 @@ struct spool_pool {
                             before the pool is handed out, read without the lock */
   uint64_t ipc_exports;  /* successful spool_pool_export calls; guarded by lock */
   uint64_t ipc_pointers; /* pointers exported (exporter) or imported (importer); guarded by lock */
+  /* issue 5 (scope.c, handoff.c): made on first use under the lock, freed at destroy */
+  _Atomic(struct spool__scopes *) scopes;
+  _Atomic(struct spool__handoff *) handoff;
+  atomic_bool handoff_any; /* some buffer has recorded streams: frees look them up */
 };
 
 /* ---- device.c: device selection and memory ------------------------------------------------ */
@@ -377,6 +385,15 @@ bool spool__barrier_all(void);
  * not know (destroyed?), with the message naming ctx and the stream. */
 spool_status spool__stream_capturing(cudaStream_t stream, bool *capturing, const char *ctx);
 
+/* issue 5: pool attribute reads and writes and trims are "potentially unsafe" calls: made while
+ * another thread captures in global mode, from a thread in global mode (the default), they
+ * invalidate that capture. Between enter and leave the calling thread is in relaxed mode (as
+ * CCCL does for pool attributes), which leaves other threads' captures alone. enter returns
+ * whether the mode was changed; leave puts it back. A synchronize is not covered: it
+ * invalidates captures on its device whatever the mode. */
+bool spool__relaxed_enter(enum cudaStreamCaptureMode *old);
+void spool__relaxed_leave(bool entered, enum cudaStreamCaptureMode old);
+
 /* ---- alloc.c, for cache.c ------------------------------------------------------------------ */
 
 /* cudaMallocFromPoolAsync with the out-of-memory policy. */
@@ -424,6 +441,37 @@ spool_status spool__ipc_trim_check(const spool_pool *pool);
 /* pool.c, for spool_pool_import: a pool object over handle (no CUDA calls); NULL without host
  * memory. */
 spool_pool *spool__pool_new(const spool_config *cfg, cudaMemPool_t handle, bool owned);
+
+/* ---- issue 5: batches, scopes, hand-off (batch.c, scope.c, handoff.c) --------------------- */
+
+/* alloc.c: spool_alloc with the caller's site (a batch passes its count in site->batch). */
+spool_status spool__alloc_site(spool_pool *pool, void **ptr, size_t size, cudaStream_t stream,
+                               const spool__site *site);
+/* alloc.c: spool_free with the caller's site, and the free without the hand-off check (the
+ * hand-off path's own last step). */
+spool_status spool__free_site(spool_pool *pool, void *ptr, cudaStream_t stream,
+                              const spool__site *site);
+spool_status spool__free_plain(spool_pool *pool, void *ptr, cudaStream_t stream,
+                               const spool__site *site);
+
+/* batch.c / scope.c: for a free refused because ptr points inside the live buffer b: the
+ * refusal naming the batch or the scope b is (SPOOL_ERR_BATCH_MEMBER or
+ * SPOOL_ERR_INTERIOR_POINTER), or SPOOL_OK when b is neither. here: the free's site, in words. */
+spool_status spool__batch_refusal(const void *ptr, const spool__buffer *b, const char *here);
+spool_status spool__scope_refusal(const void *ptr, const spool__buffer *b, const char *here);
+
+/* scope.c: the tag of scope chunks, for the leak report and refusals. */
+extern const char spool__scope_tag[];
+/* scope.c: at pool destroy, after the leak sweep: frees the scope objects. */
+void spool__scopes_destroy(spool_pool *pool);
+
+/* handoff.c: the free of a buffer with recorded streams (spool_record_stream). Returns false
+ * when ptr has none (the caller frees it as usual), else true with *s the free's status. A
+ * flag test while no buffer of the pool has recorded streams. */
+bool spool__handoff_free(spool_pool *pool, void *ptr, cudaStream_t stream,
+                         const spool__site *site, spool_status *s);
+/* handoff.c: at pool destroy: the hand-off stream, event and table. */
+spool_status spool__handoff_destroy(spool_pool *pool);
 
 /* ---- time --------------------------------------------------------------------------------- */
 

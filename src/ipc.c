@@ -360,7 +360,7 @@ static spool_status check_import(const spool_pool *pool, const spool_ipc_pointer
 
 /* Enters an imported buffer in the table and the counters, as an allocation would be. */
 static spool_status record_import(spool_pool *pool, void *ptr, uint64_t size) {
-  static const spool__site site = {NULL, "imported from another process", 0};
+  static const spool__site site = {NULL, "imported from another process", 0, 0};
   spool_status s = spool__record_alloc(pool, ptr, (size_t)size, NULL, &site);
   if (s == SPOOL_OK) {
     pthread_mutex_lock(&pool->lock);

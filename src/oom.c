@@ -43,7 +43,10 @@ static void give_back(spool_pool *p, cudaStream_t stream, bool synchronize) {
   }
   /* What the caches hold is in use as far as the pool knows: it goes back first. */
   (void)spool__cache_flush_all(p, ALLOC);
+  enum cudaStreamCaptureMode mode;
+  bool relaxed = spool__relaxed_enter(&mode); /* issue 5: other threads' captures */
   if (cudaMemPoolTrimTo(p->handle, 0) != cudaSuccess) spool__clear_cuda_error();
+  spool__relaxed_leave(relaxed, mode);
   spool__registry_trim_device(p);
   spool__restore_error(message);
 }
@@ -90,7 +93,8 @@ static spool_status ask_handler(spool_pool *p, void **out, size_t size, cudaStre
   return s;
 }
 
-static spool_status describe(spool_pool *p, size_t asked, cudaStream_t stream, unsigned tries) {
+static spool_status describe(spool_pool *p, size_t asked, cudaStream_t stream, unsigned tries,
+                             bool in_capture) {
   char a[SPOOL__SIZE_TEXT], u[SPOOL__SIZE_TEXT] = "?", r[SPOOL__SIZE_TEXT] = "?";
   char l[SPOOL__SIZE_TEXT] = "none", f[SPOOL__SIZE_TEXT] = "?", t[SPOOL__SIZE_TEXT] = "?";
   uint64_t reserved = 0;
@@ -98,8 +102,11 @@ static spool_status describe(spool_pool *p, size_t asked, cudaStream_t stream, u
   uint64_t in_use = 0, buffers = 0;
   spool__live_totals(p, &in_use, &buffers);
   if (p->cfg.track != SPOOL_TRACK_OFF) spool__format_size(in_use, u); /* else not kept */
-  cudaError_t err =
-      cudaMemPoolGetAttribute(p->handle, cudaMemPoolAttrReservedMemCurrent, &reserved);
+  /* issue 5: pool attribute calls are prohibited during a global-mode capture */
+  cudaError_t err = in_capture ? cudaErrorStreamCaptureUnsupported
+                               : cudaMemPoolGetAttribute(p->handle,
+                                                         cudaMemPoolAttrReservedMemCurrent,
+                                                         &reserved);
   if (err == cudaSuccess) spool__format_size(reserved, r);
   else spool__clear_cuda_error(); /* the figures are best effort */
   if (spool__device_meminfo_quiet(p->device, &free_b, &total_b)) {
@@ -119,12 +126,16 @@ spool_status spool__alloc_after_oom(spool_pool *pool, void **out, size_t size,
                                     cudaStream_t stream) {
   spool_status s = SPOOL_ERR_OOM;
   unsigned tries = 0;
+  /* issue 5: during a capture nothing is given back: flushing the caches synchronizes the
+   * device, and trims are pool calls that a global-mode capture prohibits (both would
+   * invalidate it). The retries and the handler remain. */
+  bool in_capture = capturing(stream);
   for (unsigned i = 0; i < pool->cfg.oom_retries && s == SPOOL_ERR_OOM; i++) {
-    give_back(pool, stream, i > 0);
+    if (!in_capture) give_back(pool, stream, i > 0);
     s = try_again(pool, out, size, stream, &tries);
   }
   if (s == SPOOL_ERR_OOM) s = ask_handler(pool, out, size, stream, &tries);
-  if (s == SPOOL_ERR_OOM) return describe(pool, size, stream, tries);
+  if (s == SPOOL_ERR_OOM) return describe(pool, size, stream, tries, in_capture);
   return s;
 }
 

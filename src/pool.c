@@ -382,6 +382,11 @@ spool_status spool_pool_destroy(spool_pool *pool) {
   spool_status s = spool__free_leaks(pool);
   spool_status cs = spool__cache_destroy(pool);
   if (s == SPOOL_OK) s = cs;
+  /* issue 5: scope objects (their chunks were leaks, freed above) and the hand-off stream,
+   * after the caches gave back the blocks freed on it */
+  spool__scopes_destroy(pool);
+  cs = spool__handoff_destroy(pool);
+  if (s == SPOOL_OK) s = cs;
   if (pool->owned) {
     cudaError_t err = cudaMemPoolDestroy(pool->handle);
     if (err != cudaSuccess) {

@@ -14,11 +14,14 @@ static spool_status read_attrs(spool_pool *p, pool_attrs *a, const char *ctx) {
       cudaMemPoolAttrReservedMemCurrent, cudaMemPoolAttrReservedMemHigh,
       cudaMemPoolAttrUsedMemCurrent, cudaMemPoolAttrUsedMemHigh};
   uint64_t *dst[4] = {&a->reserved, &a->reserved_high, &a->used, &a->used_high};
-  for (int i = 0; i < 4; i++) {
-    cudaError_t err = cudaMemPoolGetAttribute(p->handle, which[i], dst[i]);
-    if (err != cudaSuccess)
-      return spool__fail_cuda(err, "cudaMemPoolGetAttribute", "%s: device %d", ctx, p->device);
-  }
+  enum cudaStreamCaptureMode mode;
+  bool relaxed = spool__relaxed_enter(&mode); /* issue 5: other threads' captures */
+  cudaError_t err = cudaSuccess;
+  for (int i = 0; i < 4 && err == cudaSuccess; i++)
+    err = cudaMemPoolGetAttribute(p->handle, which[i], dst[i]);
+  spool__relaxed_leave(relaxed, mode);
+  if (err != cudaSuccess)
+    return spool__fail_cuda(err, "cudaMemPoolGetAttribute", "%s: device %d", ctx, p->device);
   return SPOOL_OK;
 }
 
@@ -84,9 +87,12 @@ spool_status spool_stats_reset_peaks(spool_pool *pool) {
   /* CUDA accepts only 0 for the high-water marks, meaning "reset to the current value". No
    * reset can be undone: when the second fails, the first stands (documented in spool.h). */
   uint64_t zero = 0;
+  enum cudaStreamCaptureMode mode;
+  bool relaxed = spool__relaxed_enter(&mode); /* issue 5: other threads' captures */
   cudaError_t err = cudaMemPoolSetAttribute(pool->handle, cudaMemPoolAttrReservedMemHigh, &zero);
   if (err == cudaSuccess)
     err = cudaMemPoolSetAttribute(pool->handle, cudaMemPoolAttrUsedMemHigh, &zero);
+  spool__relaxed_leave(relaxed, mode);
   if (err != cudaSuccess)
     return spool__fail_cuda(err, "cudaMemPoolSetAttribute", "%s: device %d", ctx, pool->device);
   spool__cache_reset_peaks(pool);

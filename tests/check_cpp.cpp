@@ -680,6 +680,75 @@ START_TEST(sim_set_stream_frees_on_new_stream) {
 END_TEST
 #endif /* SPOOL_TEST_SIM */
 
+
+/* ---- scope and batch (issue 5) --------------------------------------------------------------- */
+
+static_assert(!std::is_copy_constructible<spool::scope>::value, "scope is move-only");
+static_assert(std::is_nothrow_move_constructible<spool::scope>::value, "scope moves");
+static_assert(std::is_nothrow_destructible<spool::scope>::value, "~scope never throws");
+static_assert(!std::is_copy_constructible<spool::batch>::value, "batch is move-only");
+static_assert(std::is_nothrow_move_constructible<spool::batch>::value, "batch moves");
+
+START_TEST(scope_raii) {
+  spool::pool p{spool::config{}};
+  cudaStream_t s = test_stream_create();
+  {
+    spool::scope outer = p.begin_scope(s);
+    ck_assert(outer.stream() == s);
+    float *a = outer.alloc<float>(1000);
+    double *b = outer.alloc<double>(10);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_ptr_null(outer.alloc<int>(0));
+    CK_CUDA(cudaMemsetAsync(a, 0, 1000 * sizeof(float), s));
+    {
+      spool::scope inner{p.get(), s};
+      (void)inner.alloc<char>(100);
+      ck_assert_uint_eq(p.stats().buffers_in_use, 2); /* a chunk each */
+      CK_THROWS(outer.end(), SPOOL_ERR_INVALID, "open child"); /* inner still open */
+    } /* ~inner */
+    spool::scope moved = std::move(outer);
+    ck_assert(!outer);
+    CK_THROWS((void)outer.alloc<int>(1), SPOOL_ERR_INVALID, "empty scope");
+    CK_THROWS((void)moved.alloc<double>(SIZE_MAX / 4), SPOOL_ERR_INVALID, "overflow");
+    moved.end();
+    ck_assert(!moved);
+    moved.end(); /* empty: nothing */
+  }
+  ck_assert_uint_eq(p.stats().buffers_in_use, 0);
+  p.destroy();
+  test_stream_destroy(s);
+}
+END_TEST
+
+START_TEST(batch_raii) {
+  spool::pool p{spool::config{}};
+  cudaStream_t s = test_stream_create();
+  {
+    spool::batch b = p.alloc_batch({100, 4096, 8}, s);
+    ck_assert_uint_eq(b.count(), 3);
+    ck_assert_uint_eq(b.bytes(1), 4096);
+    ck_assert_uint_eq(reinterpret_cast<uintptr_t>(b.get<float>(1)) -
+                          reinterpret_cast<uintptr_t>(b.get(0)), 256);
+    ck_assert_uint_eq(p.stats().buffers_in_use, 1);
+    CK_STATUS(spool_free(p.get(), b.get(2), s), SPOOL_ERR_BATCH_MEMBER);
+    spool::batch moved = std::move(b);
+    ck_assert_uint_eq(b.count(), 0);
+    ck_assert_ptr_null(b.get(0));
+    ck_assert_uint_eq(moved.count(), 3);
+    spool::batch other = p.alloc_batch({16, 16}, s, 16);
+    ck_assert_uint_eq(reinterpret_cast<uintptr_t>(other.get(1)) -
+                          reinterpret_cast<uintptr_t>(other.get(0)), 16);
+    other.reset();
+    ck_assert_uint_eq(other.count(), 0);
+  } /* ~moved */
+  ck_assert_uint_eq(p.stats().buffers_in_use, 0);
+  CK_THROWS((void)p.alloc_batch({1, 2}, s, 3), SPOOL_ERR_INVALID, "alignment 3");
+  p.destroy();
+  test_stream_destroy(s);
+}
+END_TEST
+
 /* ---- suite ----------------------------------------------------------------------------------- */
 
 static Suite *cpp_suite(void) {
@@ -707,6 +776,11 @@ static Suite *cpp_suite(void) {
   tcase_add_test(tc, buffer_set_stream);
   tcase_add_test(tc, pool_destroy_with_leaks);
   tcase_add_test(tc, buffer_errors);
+  suite_add_tcase(s, tc);
+
+  tc = test_tcase("scope_batch");
+  tcase_add_test(tc, scope_raii);
+  tcase_add_test(tc, batch_raii);
   suite_add_tcase(s, tc);
 
 #ifdef SPOOL_TEST_SIM

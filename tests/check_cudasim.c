@@ -313,6 +313,50 @@ START_TEST(hold_release) {
 }
 END_TEST
 
+/* cudaStreamWaitEvent outside capture: the waiting stream's work completes only once the
+ * event's work has; a synchronize of the waiting stream completes what it waits for; a
+ * destroyed stream is waited for no more. */
+START_TEST(stream_waits) {
+  cudaStream_t a = new_stream(), b = new_stream(), c = new_stream();
+  cudaEvent_t ev;
+  CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  cudasim_hold(a);
+  CK(cudaMemsetAsync(NULL, 0, 0, a));
+  CK(cudaEventRecord(ev, a));
+  CK(cudaStreamWaitEvent(b, ev, 0));
+  CK(cudaMemsetAsync(NULL, 0, 0, b));
+  ck_assert_int_eq(cudasim_pending(b), 1); /* b is not held, but waits for a */
+  CK_ERR(cudaStreamQuery(b), cudaErrorNotReady);
+  CK(cudaMemsetAsync(NULL, 0, 0, a)); /* after the event: b does not wait for it */
+  cudasim_release(a);
+  ck_assert_int_eq(cudasim_pending(b), 0);
+  CK(cudaStreamQuery(b));
+  /* A wait on an event that is done already: nothing to wait for. */
+  CK(cudaStreamWaitEvent(b, ev, 0));
+  CK(cudaMemsetAsync(NULL, 0, 0, b));
+  ck_assert_int_eq(cudasim_pending(b), 0);
+  /* Synchronizing the waiting stream completes the work it waits for. */
+  cudasim_hold(a);
+  CK(cudaMemsetAsync(NULL, 0, 0, a));
+  CK(cudaEventRecord(ev, a));
+  CK(cudaMemsetAsync(NULL, 0, 0, a));
+  CK(cudaStreamWaitEvent(c, ev, 0));
+  CK(cudaMemsetAsync(NULL, 0, 0, c));
+  ck_assert_int_eq(cudasim_pending(c), 1);
+  CK(cudaStreamSynchronize(c));
+  ck_assert_int_eq(cudasim_pending(c), 0);
+  ck_assert_int_eq(cudasim_pending(a), 1); /* up to the event only */
+  /* A stream destroyed while another waits for it: the wait is over. */
+  CK(cudaEventRecord(ev, a));
+  CK(cudaStreamWaitEvent(c, ev, 0));
+  CK(cudaMemsetAsync(NULL, 0, 0, c));
+  ck_assert_int_eq(cudasim_pending(c), 1);
+  CK(cudaStreamDestroy(a));
+  ck_assert_int_eq(cudasim_pending(c), 0);
+  CK(cudaEventDestroy(ev));
+}
+END_TEST
+
 START_TEST(device_sync) {
   cudasim_set_device_count(2);
   cudaStream_t a = new_stream(), b = new_stream();
@@ -1863,6 +1907,7 @@ static Suite *sim_suite(void) {
   suite_add_tcase(s, tc);
   tc = tcase("streams");
   tcase_add_test(tc, hold_release);
+  tcase_add_test(tc, stream_waits);
   tcase_add_test(tc, device_sync);
   tcase_add_test(tc, stream_properties);
   tcase_add_test(tc, legacy_stream);

@@ -40,6 +40,8 @@ START_TEST(contract_values_are_fixed) {
   ck_assert_int_eq(SPOOL_ERR_HOST_OOM, 11);
   ck_assert_int_eq(SPOOL_ERR_IO, 12);
   ck_assert_int_eq(SPOOL_ERR_INTERIOR_POINTER, 13);
+  ck_assert_int_eq(SPOOL_ERR_BATCH_MEMBER, 14);
+  ck_assert_int_eq(SPOOL_ERR_SCOPE_ENDED, 15);
   ck_assert_str_eq(spool_status_string(SPOOL_OK), "success");
   ck_assert_str_eq(spool_status_string(SPOOL_ERR_OOM), "out of device memory");
 }

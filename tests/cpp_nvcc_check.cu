@@ -28,6 +28,13 @@ float cpp_nvcc_check(cudaStream_t stream, cudaStream_t other) {
     moved.set_stream(other);
     auto other_buf = SPOOL_POOL_ALLOC(pool, int, 16, other);
     other_buf.reset();
+    {
+      spool::scope tmp = pool.begin_scope(stream);
+      float *t = tmp.alloc<float>(256);
+      fill<<<1, 256, 0, stream>>>(t, 256, 2.0f);
+      spool::batch b = pool.alloc_batch({64, 128}, stream);
+      fill<<<1, 32, 0, stream>>>(b.get<float>(1), 32, 3.0f);
+    }
     return static_cast<float>(pool.stats().buffers_in_use);
   } catch (const spool::error &e) {
     return -static_cast<float>(e.status());

@@ -26,6 +26,24 @@ __global__ void copy(uint32_t *dst, const uint32_t *src, size_t n) {
     dst[i] = src[i];
 }
 
+__device__ unsigned long long now_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__global__ void hold_then_count(const uint32_t *p, size_t n, uint32_t seed, unsigned ms,
+                                unsigned *bad) {
+  unsigned long long until = now_ns() + (unsigned long long)ms * 1000000ull;
+  while (now_ns() < until) {
+  }
+  unsigned mine = 0;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    mine += p[i] != seed + (uint32_t)i;
+  if (mine) atomicAdd(bad, mine);
+}
+
 } // namespace
 
 extern "C" cudaError_t test_kernel_fill(uint32_t *p, size_t n, uint32_t seed, cudaStream_t s) {
@@ -44,6 +62,13 @@ extern "C" cudaError_t test_kernel_copy(uint32_t *dst, const uint32_t *src, size
                                         cudaStream_t s) {
   if (n == 0) return cudaSuccess;
   copy<<<blocks_for(n), 256, 0, s>>>(dst, src, n);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t test_kernel_hold_then_count(const uint32_t *p, size_t n, uint32_t seed,
+                                                   unsigned ms, unsigned *bad, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  hold_then_count<<<blocks_for(n), 256, 0, s>>>(p, n, seed, ms, bad);
   return cudaGetLastError();
 }
 

@@ -16,4 +16,10 @@ cudaError_t test_kernel_copy(uint32_t *dst, const uint32_t *src, size_t n, cudaS
   return cudaErrorNotSupported;
 }
 
+cudaError_t test_kernel_hold_then_count(const uint32_t *p, size_t n, uint32_t seed, unsigned ms,
+                                        unsigned *bad, cudaStream_t s) {
+  (void)p, (void)n, (void)seed, (void)ms, (void)bad, (void)s;
+  return cudaErrorNotSupported;
+}
+
 int test_kernels_available(void) { return 0; }

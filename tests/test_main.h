@@ -113,6 +113,22 @@ static inline spool_pool *test_pool_create(const spool_config *cfg) {
 
 static inline void test_pool_destroy(spool_pool *p) { CK_SPOOL(spool_pool_destroy(p)); }
 
+/* A pool with the defaults and text on top (NULL: the defaults). */
+static inline spool_pool *test_pool_with(const char *text) {
+  spool_config cfg = test_config();
+  if (text) CK_SPOOL(spool_config_parse(&cfg, text));
+  return test_pool_create(&cfg);
+}
+
+/* size bytes that must be allocated on s. */
+static inline void *test_alloc_on(spool_pool *p, size_t size, cudaStream_t s) {
+  void *ptr = TEST_SENTINEL;
+  CK_SPOOL(spool_alloc(p, &ptr, size, s));
+  ck_assert_ptr_nonnull(ptr);
+  ck_assert_ptr_ne(ptr, TEST_SENTINEL);
+  return ptr;
+}
+
 static inline spool_stats test_stats(spool_pool *p) {
   spool_stats st;
   memset(&st, 0xEE, sizeof st);

@@ -66,7 +66,9 @@ SPOOL_EXPORT const char *spool_version_string(void);
   X(ERR_LEAKS, "buffers were still allocated when the pool was destroyed")                        \
   X(ERR_HOST_OOM, "out of host memory")                                                           \
   X(ERR_IO, "file could not be read or written")                                                  \
-  X(ERR_INTERIOR_POINTER, "pointer points inside a buffer, not at its start")
+  X(ERR_INTERIOR_POINTER, "pointer points inside a buffer, not at its start")                   \
+  X(ERR_BATCH_MEMBER, "pointer is a sub-buffer of a batch: free the batch's first pointer")      \
+  X(ERR_SCOPE_ENDED, "scope was already ended")
 
 typedef enum spool_status {
 #define SPOOL__STATUS_ENUM(name, str) SPOOL_##name,
@@ -315,8 +317,15 @@ SPOOL_EXPORT spool_status spool_alloc_tagged(spool_pool *pool, void **ptr, size_
  * far is done, and at once by later allocations on the same stream. The stream need not be the
  * one ptr was allocated on. NULL ptr: SPOOL_OK, nothing done. With poison=on the buffer is first
  * overwritten with 0xDD on stream.
- * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool NULL); with track=counts or full, for a ptr that is
- * not a live buffer of this pool (nothing reaches the driver, the message names the buffer):
+ * During a stream capture only memory allocated in that capture (a graph allocation) may be
+ * freed; a buffer allocated outside it is refused with SPOOL_ERR_INVALID, nothing freed and the
+ * capture intact (free it after cudaStreamEndCapture): always for buffers of the pool's table
+ * (cache=off, larger than cache_max_block, allocated under capture), for buffers a stream cache
+ * served only with track=full (the cached free skips the capture question otherwise).
+ * A buffer with streams recorded by spool_record_stream is freed as spool_free_after says.
+ * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool NULL; see capture above); with track=counts or full,
+ * for a ptr that is not a live buffer of this pool (nothing reaches the driver, the message names
+ * the buffer): SPOOL_ERR_BATCH_MEMBER (a sub-buffer of a batch other than its first pointer),
  * SPOOL_ERR_DOUBLE_FREE (freed already, among the pool's last 4096 frees),
  * SPOOL_ERR_WRONG_POOL (a live buffer of another spool pool), SPOOL_ERR_INTERIOR_POINTER
  * (inside a live buffer of this pool), SPOOL_ERR_UNKNOWN_POINTER (none of these); with
@@ -365,6 +374,105 @@ SPOOL_EXPORT spool_status spool_set_oom_handler(spool_pool *pool, spool_oom_fn f
  * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool NULL); SPOOL_ERR_UNSUPPORTED (a shareable or
  * imported pool, whose memory CUDA never gives back); SPOOL_ERR_CUDA. Thread safe. */
 SPOOL_EXPORT spool_status spool_trim(spool_pool *pool, size_t keep_bytes);
+
+/* ---------------------------------------------------------------------------------------------
+ * Batches, scopes and stream hand-off (src/batch.c, src/scope.c, src/handoff.c)
+ * ------------------------------------------------------------------------------------------- */
+
+/* Allocates count sub-buffers as one allocation (one spool_alloc on stream, so the stream cache
+ * may serve it): ptrs[i] gets sizes[i] bytes at an offset that is a multiple of alignment, in
+ * order, without overlap. alignment 0 means 256; otherwise a power of two up to 256 (pool
+ * memory is 256-aligned; larger alignments are not offered). ptrs[0] is the allocation's start:
+ * free the whole batch with spool_free(pool, ptrs[0], stream); spool_free of any other
+ * sub-pointer is refused with SPOOL_ERR_BATCH_MEMBER, naming the batch. A size of 0 gets a
+ * pointer to no bytes (it may equal the next sub-buffer's). All sizes 0: every ptrs[i] is NULL
+ * and nothing is allocated. The batch counts as one buffer of the sum of the padded sizes in
+ * spool_stats, and the leak report lists it as "batch of <count>".
+ * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool, sizes or ptrs NULL, count 0 or above UINT32_MAX,
+ * alignment not a power of two up to 256, the total overflows); otherwise what spool_alloc
+ * returns. On failure ptrs[0..count) are NULL and nothing is allocated. Thread safe. sizes is
+ * read during the call only; the caller owns the batch and frees it with spool_free. */
+SPOOL_EXPORT spool_status spool_alloc_batch(spool_pool *pool, cudaStream_t stream, size_t count,
+                                            const size_t *sizes, void **ptrs, size_t alignment);
+
+/* spool_alloc_batch that records where it was called from, as spool_alloc_at does. Use it
+ * through SPOOL_ALLOC_BATCH. */
+SPOOL_EXPORT spool_status spool_alloc_batch_at(spool_pool *pool, cudaStream_t stream,
+                                               size_t count, const size_t *sizes, void **ptrs,
+                                               size_t alignment, const char *file, int line);
+#define SPOOL_ALLOC_BATCH(pool, stream, count, sizes, ptrs, alignment)                             \
+  spool_alloc_batch_at((pool), (stream), (count), (sizes), (ptrs), (alignment), __FILE__, __LINE__)
+
+/* A scope: temporaries for work on one stream, all freed together, in stream order, when the
+ * scope ends. Opaque; owned by the pool. */
+typedef struct spool_scope spool_scope;
+
+/* Begins a scope on stream. Allocations from it (spool_scope_alloc) are carved from chunks
+ * the scope takes with spool_alloc on stream (1 MiB first, doubling up to 64 MiB, or the size
+ * of a larger request), so that most of them cost no CUDA call; spool_scope_end gives the
+ * chunks back with spool_free on stream, to the stream's cache, where the next scope on that
+ * stream finds them (spool_trim and cache_limit bound what stays reserved).
+ * Scopes nest: a scope begun on a stream by a thread that has a scope open on that stream is
+ * its child, and must end before its parent (ending a parent with open children is
+ * SPOOL_ERR_INVALID and ends nothing). A scope begun while stream is being captured into a
+ * graph takes its chunks from the graph (never from the cache) and must end in the same
+ * capture; one begun outside a capture must end outside it.
+ * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool or scope NULL); SPOOL_ERR_CUDA (the stream's capture
+ * state cannot be read: destroyed?); SPOOL_ERR_HOST_OOM. Nothing is allocated on the device
+ * until the first spool_scope_alloc. On failure *scope is NULL. Thread safe. The pool owns
+ * *scope: it is valid until spool_scope_end; a scope still open at spool_pool_destroy shows in
+ * the leak report (its chunks, tag 'spool_scope chunk') and is freed with the pool. */
+SPOOL_EXPORT spool_status spool_scope_begin(spool_pool *pool, cudaStream_t stream,
+                                            spool_scope **scope);
+
+/* Allocates size bytes (256-aligned) from the scope, for work on the scope's stream; valid until
+ * the scope ends. No free: spool_free of it is refused (SPOOL_ERR_INTERIOR_POINTER, naming the
+ * scope's chunk). size 0 gives *ptr = NULL. Most calls only move a pointer; when the current
+ * chunk is full, the scope takes a new one with spool_alloc.
+ * Returns SPOOL_OK; SPOOL_ERR_INVALID (scope or ptr NULL, size too large); SPOOL_ERR_SCOPE_ENDED
+ * (the scope was ended: caught while the pool lives and the scope's slot has not been reused by
+ * 64 later scopes); otherwise what spool_alloc returns. On failure *ptr is NULL. Thread safe
+ * (the scope has a lock), though a scope is meant for one thread's work on one stream. */
+SPOOL_EXPORT spool_status spool_scope_alloc(spool_scope *scope, void **ptr, size_t size);
+
+/* The stream a scope was begun on (NULL for a NULL or ended scope). Thread safe. */
+SPOOL_EXPORT cudaStream_t spool_scope_stream(const spool_scope *scope);
+
+/* Ends the scope: frees every chunk it took with spool_free on its stream, in stream order, so
+ * the memory is reused once the stream's work queued so far is done (at once by later work on
+ * the same stream). The scope object goes back to the pool.
+ * Returns SPOOL_OK; SPOOL_ERR_INVALID (scope NULL; it has open child scopes; the stream's capture
+ * state differs from when the scope began: the message says which; nothing is ended);
+ * SPOOL_ERR_SCOPE_ENDED (ended already, as spool_scope_alloc says); SPOOL_ERR_CUDA (a chunk's
+ * free failed: the chunks not yet freed stay with the scope, which stays open). Thread safe. */
+SPOOL_EXPORT spool_status spool_scope_end(spool_scope *scope);
+
+/* Marks the live buffer at ptr as used by other_stream, as PyTorch's Tensor.record_stream does:
+ * when it is freed, its memory is reused only once other_stream's work queued up to the free is
+ * done too (and the freeing stream's, as always). other_stream must still exist at the free.
+ * Recording the buffer's own stream, or a stream already recorded, does nothing. Cost: finding
+ * a buffer that a stream cache served scans the caches' tables, and once any buffer of the pool
+ * has had a stream recorded, every spool_free of the pool looks in the hand-off table (a lock
+ * and a short scan): meant for buffers shared across streams, not for every temporary.
+ * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool or ptr NULL; track=off; the buffer or other_stream is
+ * being captured into a graph; more than 8 streams recorded); SPOOL_ERR_UNKNOWN_POINTER,
+ * SPOOL_ERR_INTERIOR_POINTER, SPOOL_ERR_BATCH_MEMBER (ptr is not a live buffer's start);
+ * SPOOL_ERR_HOST_OOM. Thread safe. */
+SPOOL_EXPORT spool_status spool_record_stream(spool_pool *pool, void *ptr,
+                                              cudaStream_t other_stream);
+
+/* Frees ptr once both stream's work queued so far and event (as recorded now) are done, without
+ * making stream wait for event. The event stays the caller's: spool makes a pool-owned stream
+ * wait for it during the call and keeps nothing of it. Streams recorded with
+ * spool_record_stream are waited for too. A plain spool_free of a buffer with recorded streams
+ * takes this path as well: the free goes to the pool's hand-off stream, which waits (on the
+ * device, no host blocking) for the freeing stream and every recorded stream, so none of them
+ * is made to wait for another.
+ * Returns what spool_free returns, and SPOOL_ERR_INVALID (event NULL; stream or a recorded
+ * stream is being captured into a graph); SPOOL_ERR_CUDA (an event could not be recorded or
+ * waited for: a recorded stream destroyed? nothing is freed). Thread safe. */
+SPOOL_EXPORT spool_status spool_free_after(spool_pool *pool, void *ptr, cudaStream_t stream,
+                                           cudaEvent_t event);
 
 /* ---------------------------------------------------------------------------------------------
  * Statistics

@@ -5,6 +5,9 @@
  *   spool::pool       owns a spool_pool (RAII, move-only)
  *   spool::buffer<T>  owns count Ts of device memory (move-only); its destructor frees them in
  *                     stream order on the buffer's current stream
+ *   spool::scope      a spool_scope (move-only): temporaries for one stream, all freed in
+ *                     stream order when the scope ends (its destructor, or end())
+ *   spool::batch      owns a spool_alloc_batch allocation: several sub-buffers, one free
  *
  *   spool::pool pool{spool::config{}.parse("release_threshold=4GiB").from_env()};
  *   spool::buffer<float> tmp = pool.alloc<float>(n, stream);  // records this file and line
@@ -25,8 +28,11 @@
  * work at process exit (destroy pools before main returns: a static spool::pool is a mistake).
  * The raw C objects are always reachable (get()), for the C functions not wrapped here.
  *
- * Not yet here: spool::scope will wrap the C scopes API (spool_scope_begin / _alloc / _end,
- * issue 5 part 1) once it exists.
+ *   {
+ *     spool::scope tmp = pool.begin_scope(stream);  // or spool::scope tmp{pool.get(), stream}
+ *     float *a = tmp.alloc<float>(n), *b = tmp.alloc<float>(n);  // no CUDA call, mostly
+ *     my_kernel<<<grid, block, 0, stream>>>(a, b, n);
+ *   }  // ~scope: every temporary freed in stream order on `stream`
  *
  * Needs C++17 and exceptions; works with GCC, Clang and nvcc. Header-only: link spool as usual.
  */
@@ -294,6 +300,161 @@ class buffer {
   cudaStream_t stream_ = nullptr;
 };
 
+/* ---- scope ------------------------------------------------------------------------------- */
+
+/* A spool_scope, owned: begun in the constructor, ended in the destructor (or end()), which
+ * frees every temporary allocated from it in stream order on stream(). Move-only; a moved-from
+ * or ended scope is empty (get() NULL) and alloc throws SPOOL_ERR_INVALID. Scopes nest: one
+ * begun while this thread has a scope open on the same stream is its child and must end first,
+ * which C++ lifetimes give for free when scopes are locals. The pool must outlive the scope. */
+class scope {
+ public:
+  scope() noexcept = default;
+  /* spool_scope_begin. Throws spool::error with what it returns. */
+  scope(spool_pool *pool, cudaStream_t stream) {
+    detail::check(spool_scope_begin(pool, stream, &scope_));
+  }
+
+  scope(const scope &) = delete;
+  scope &operator=(const scope &) = delete;
+  scope(scope &&other) noexcept : scope_(std::exchange(other.scope_, nullptr)) {}
+  /* Ends what this scope held (as the destructor does), then takes other's. */
+  scope &operator=(scope &&other) noexcept {
+    if (this != &other) {
+      end_noexcept();
+      scope_ = std::exchange(other.scope_, nullptr);
+    }
+    return *this;
+  }
+
+  /* spool_scope_end. Never throws: a failure (children still open, a capture begun or ended
+   * since the scope began) is written to stderr with spool_last_error(), and the scope's memory
+   * stays with the pool (spool_pool_destroy lists it as a leak). */
+  ~scope() { end_noexcept(); }
+
+  /* count Ts (256-aligned, uninitialised) valid until the scope ends. count 0 gives NULL.
+   * Throws spool::error: SPOOL_ERR_INVALID (empty scope, count * sizeof(T) overflows),
+   * SPOOL_ERR_SCOPE_ENDED, or what spool_alloc returns. */
+  template <class T>
+  [[nodiscard]] T *alloc(std::size_t count) {
+    static_assert(std::is_trivially_copyable<T>::value,
+                  "spool::scope::alloc<T>: device memory holds trivially copyable types only");
+    static_assert(alignof(T) <= 256, "spool::scope::alloc<T>: pieces are 256-aligned");
+    if (!scope_) throw error(SPOOL_ERR_INVALID, "spool::scope: alloc on an empty scope");
+    if (count > std::numeric_limits<std::size_t>::max() / sizeof(T))
+      throw error(SPOOL_ERR_INVALID, "spool::scope: " + std::to_string(count) + " elements of " +
+                                         std::to_string(sizeof(T)) + " bytes overflow size_t");
+    void *p = nullptr;
+    detail::check(spool_scope_alloc(scope_, &p, count * sizeof(T)));
+    return static_cast<T *>(p);
+  }
+
+  /* Ends the scope now (spool_scope_end). Throws spool::error with its status; then the scope
+   * is still open and the destructor tries again. Empty: nothing. */
+  void end() {
+    if (scope_) detail::check(spool_scope_end(scope_));
+    scope_ = nullptr;
+  }
+
+  spool_scope *get() const noexcept { return scope_; }
+  explicit operator bool() const noexcept { return scope_ != nullptr; }
+  cudaStream_t stream() const noexcept { return spool_scope_stream(scope_); } /* NULL if empty */
+
+ private:
+  void end_noexcept() noexcept {
+    if (!scope_) return;
+    if (spool_scope_end(scope_) != SPOOL_OK)
+      std::fprintf(stderr, "spool::scope: ending scope %p failed: %s\n",
+                   static_cast<void *>(scope_), spool_last_error());
+    scope_ = nullptr;
+  }
+
+  spool_scope *scope_ = nullptr;
+};
+
+/* ---- batch ------------------------------------------------------------------------------- */
+
+/* A spool_alloc_batch allocation, owned: sizes.size() sub-buffers carved from one allocation,
+ * freed together by the destructor with spool_free of the first pointer, in stream order on
+ * stream(). Move-only; a moved-from batch is empty. Sub-buffers are plain pointers (get<T>(i));
+ * never free one yourself. The pool must outlive the batch. */
+class batch {
+ public:
+  batch() noexcept = default;
+
+  /* spool_alloc_batch_at (alignment 0: 256 bytes), recording file and line. Throws
+   * spool::error with what spool_alloc_batch returns. */
+  batch(spool_pool *pool, const std::vector<std::size_t> &sizes, cudaStream_t stream,
+        std::size_t alignment = 0, SPOOL_HPP_FILE_ARG, SPOOL_HPP_LINE_ARG)
+      : pool_(pool), ptrs_(sizes.size()), sizes_(sizes), stream_(stream) {
+    detail::check(spool_alloc_batch_at(pool, stream, sizes.size(), sizes.data(), ptrs_.data(),
+                                       alignment, file, line));
+  }
+
+  batch(const batch &) = delete;
+  batch &operator=(const batch &) = delete;
+  batch(batch &&other) noexcept
+      : pool_(std::exchange(other.pool_, nullptr)), ptrs_(std::move(other.ptrs_)),
+        sizes_(std::move(other.sizes_)), stream_(std::exchange(other.stream_, nullptr)) {
+    other.ptrs_.clear();
+    other.sizes_.clear();
+  }
+  batch &operator=(batch &&other) noexcept {
+    if (this != &other) {
+      free_noexcept();
+      pool_ = std::exchange(other.pool_, nullptr);
+      ptrs_ = std::move(other.ptrs_);
+      sizes_ = std::move(other.sizes_);
+      stream_ = std::exchange(other.stream_, nullptr);
+      other.ptrs_.clear();
+      other.sizes_.clear();
+    }
+    return *this;
+  }
+
+  /* Frees the batch in stream order on stream(); never throws (a failure goes to stderr). */
+  ~batch() { free_noexcept(); }
+
+  /* Sub-buffer i as a T * (NULL for an empty batch; i must be below count()). */
+  template <class T = void>
+  T *get(std::size_t i) const noexcept {
+    return ptrs_.empty() ? nullptr : static_cast<T *>(ptrs_[i]);
+  }
+  std::size_t count() const noexcept { return ptrs_.size(); }
+  std::size_t bytes(std::size_t i) const noexcept { return sizes_[i]; } /* asked for */
+  cudaStream_t stream() const noexcept { return stream_; }
+  /* The stream the free is ordered on; as buffer::set_stream. */
+  void set_stream(cudaStream_t stream) noexcept { stream_ = stream; }
+  spool_pool *pool() const noexcept { return pool_; }
+
+  /* Frees now; throws spool::error with spool_free's status (then it still owns the batch). */
+  void reset(SPOOL_HPP_FILE_ARG, SPOOL_HPP_LINE_ARG) {
+    if (!ptrs_.empty() && ptrs_[0])
+      detail::check(spool_free_at(pool_, ptrs_[0], stream_, file, line));
+    clear();
+  }
+
+ private:
+  void clear() noexcept {
+    pool_ = nullptr;
+    ptrs_.clear();
+    sizes_.clear();
+    stream_ = nullptr;
+  }
+  void free_noexcept() noexcept {
+    if (!ptrs_.empty() && ptrs_[0] &&
+        spool_free_at(pool_, ptrs_[0], stream_, __FILE__, __LINE__) != SPOOL_OK)
+      std::fprintf(stderr, "spool::batch: freeing %p (%zu sub-buffers) failed: %s\n", ptrs_[0],
+                   ptrs_.size(), spool_last_error());
+    clear();
+  }
+
+  spool_pool *pool_ = nullptr;
+  std::vector<void *> ptrs_;
+  std::vector<std::size_t> sizes_;
+  cudaStream_t stream_ = nullptr;
+};
+
 /* ---- pool -------------------------------------------------------------------------------- */
 
 /* Owns a spool_pool: created in the constructor, destroyed in the destructor. Move-only; a
@@ -359,6 +520,23 @@ class pool {
   [[nodiscard]] buffer<T> alloc(std::size_t count, cudaStream_t stream, SPOOL_HPP_FILE_ARG,
                                 SPOOL_HPP_LINE_ARG) {
     return buffer<T>(pool_, count, stream, file, line);
+  }
+
+  /* A scope for temporaries on stream (see spool::scope). */
+  [[nodiscard]] spool::scope begin_scope(cudaStream_t stream) {
+    return spool::scope(pool_, stream);
+  }
+
+  /* Sub-buffers of the given sizes in one allocation (see spool::batch). */
+  [[nodiscard]] batch alloc_batch(const std::vector<std::size_t> &sizes, cudaStream_t stream,
+                                  std::size_t alignment = 0, SPOOL_HPP_FILE_ARG,
+                                  SPOOL_HPP_LINE_ARG) {
+    return batch(pool_, sizes, stream, alignment, file, line);
+  }
+
+  /* spool_record_stream and spool_free_after, for raw pointers (buffer: data()). */
+  void record_stream(void *ptr, cudaStream_t other) {
+    detail::check(spool_record_stream(pool_, ptr, other));
   }
 
   spool_stats stats() const {

@@ -74,9 +74,12 @@
  * Simplifications (what the real runtime does and cudasim does not)
  *  - Data operations (cudaMemset*, cudaMemcpy*) happen at once, when they are called, even on a
  *    held stream; only their completion (cudaStreamQuery, events) is deferred. No kernels.
- *  - No dependencies between streams: cudaStreamWaitEvent outside capture is ignored, the legacy
- *    stream does not synchronize with blocking streams, and the three reuse flags are stored and
- *    read back but do not change which blocks are reused (only the two rules above apply).
+ *  - Dependencies between streams are only those of cudaStreamWaitEvent: a stream that waits
+ *    for an event whose work is pending completes nothing until that work has completed
+ *    (cudasim_release or a synchronize of the other stream; a synchronize of the waiting stream
+ *    completes the work it waits for). The legacy stream does not synchronize with blocking
+ *    streams, and the three reuse flags are stored and read back but do not change which blocks
+ *    are reused (only the two rules above apply).
  *  - An allocation that does not fit reserves a new segment; it never trims its own or other
  *    pools first. Coalescing merges only neighbours whose frees have completed.
  *  - No sticky errors; priorities are clamped to [-5, 0] and otherwise ignored; elapsed times are
@@ -153,6 +156,8 @@
 
 enum sim_stream_kind { SIM_USER, SIM_LEGACY, SIM_PER_THREAD };
 
+#define SIM_MAX_DEPS 8 /* pending waits per stream; more complete the oldest's stream at once */
+
 struct CUstream_st {
   struct CUstream_st *next; /* registry */
   int device;
@@ -167,6 +172,13 @@ struct CUstream_st {
   uint64_t cap_ops;              /* nodes captured on it in cap */
   uint64_t cap_joined;           /* cap_ops when another member last waited on it */
   struct CUgraphNode_st *cap_last; /* its last captured node: cudaStreamGetCaptureInfo's deps */
+  /* Waits outside capture (cudaStreamWaitEvent on an event whose work is pending): nothing on
+   * this stream completes until each stream `on` has completed `ticket`. */
+  struct sim_dep {
+    struct CUstream_st *on;
+    uint64_t ticket;
+  } deps[SIM_MAX_DEPS];
+  int ndeps;
 };
 
 struct CUevent_st {
@@ -516,9 +528,60 @@ static cudaError_t stream_get(cudaStream_t h, struct CUstream_st **out) {
   return cudaSuccess;
 }
 
+/* Drops the waits of s that are satisfied; whether any is left. */
+static int stream_blocked(struct CUstream_st *s) {
+  int n = 0;
+  for (int i = 0; i < s->ndeps; i++)
+    if (s->deps[i].on->completed < s->deps[i].ticket)
+      s->deps[n++] = s->deps[i];
+  s->ndeps = n;
+  return n > 0;
+}
+
+/* Completes what waited for work that has completed since, until nothing changes. */
+static void progress(void) {
+  int changed = 1;
+  while (changed) {
+    changed = 0;
+    for (struct CUstream_st *s = g.streams; s; s = s->next) {
+      if (s->ndeps == 0 || stream_blocked(s) || s->held || s->completed == s->ticket)
+        continue;
+      s->completed = s->ticket;
+      changed = 1;
+    }
+  }
+}
+
+/* A synchronize of s: the work it waits for completes, then its own. */
+static void stream_force(struct CUstream_st *s) {
+  for (int i = 0; i < s->ndeps; i++)
+    if (s->deps[i].on->completed < s->deps[i].ticket)
+      s->deps[i].on->completed = s->deps[i].ticket;
+  s->ndeps = 0;
+  s->completed = s->ticket;
+}
+
+/* s waits for on's work up to ticket. */
+static void stream_add_dep(struct CUstream_st *s, struct CUstream_st *on, uint64_t ticket) {
+  for (int i = 0; i < s->ndeps; i++) {
+    if (s->deps[i].on == on) {
+      if (s->deps[i].ticket < ticket)
+        s->deps[i].ticket = ticket;
+      return;
+    }
+  }
+  if (s->ndeps == SIM_MAX_DEPS) { /* the oldest wait is over at once */
+    if (s->deps[0].on->completed < s->deps[0].ticket)
+      s->deps[0].on->completed = s->deps[0].ticket;
+    memmove(&s->deps[0], &s->deps[1], (SIM_MAX_DEPS - 1) * sizeof s->deps[0]);
+    s->ndeps--;
+  }
+  s->deps[s->ndeps++] = (struct sim_dep){on, ticket};
+}
+
 static uint64_t enqueue(struct CUstream_st *s) {
   s->ticket++;
-  if (!s->held)
+  if (!s->held && !stream_blocked(s))
     s->completed = s->ticket;
   return s->ticket;
 }
@@ -735,7 +798,8 @@ static void device_release(int d) {
 static void device_complete(int d) {
   for (struct CUstream_st *s = g.streams; s; s = s->next)
     if (s->device == d)
-      s->completed = s->ticket;
+      stream_force(s);
+  progress();
 }
 
 static int pool_known(cudaMemPool_t h) {
@@ -1588,6 +1652,10 @@ static void stream_forget(struct CUstream_st *s) {
   for (struct CUevent_st *ev = g.events; ev; ev = ev->next)
     if (ev->stream == s)
       ev->stream = NULL;
+  for (struct CUstream_st *o = g.streams; o; o = o->next) /* waits for s are over */
+    for (int i = 0; i < o->ndeps; i++)
+      if (o->deps[i].on == s)
+        o->deps[i].ticket = 0;
   for (struct CUstream_st **link = &g.streams; *link; link = &(*link)->next)
     if (*link == s) {
       *link = s->next;
@@ -1595,6 +1663,7 @@ static void stream_forget(struct CUstream_st *s) {
     }
   s->next = graveyard.streams;
   graveyard.streams = s;
+  progress(); /* what waited for s completes */
 }
 
 static cudaError_t stream_destroy(cudaStream_t h) {
@@ -1620,7 +1689,8 @@ static cudaError_t stream_synchronize(cudaStream_t h) {
     e = stream_wait_check(s);
   if (e != cudaSuccess)
     return e;
-  s->completed = s->ticket;
+  stream_force(s);
+  progress();
   device_release(s->device);
   return cudaSuccess;
 }
@@ -1685,6 +1755,8 @@ static cudaError_t stream_wait_event(cudaStream_t h, cudaEvent_t ev, unsigned fl
     return e;
   if (ev->cap_id)
     return capture_wait(s, ev);
+  if (!s->cap && ev->recorded && ev->stream && !event_done(ev))
+    stream_add_dep(s, ev->stream, ev->ticket); /* its later work waits for ev's */
   if (!s->cap || !ev->recorded) /* waiting on a never recorded event is a no-op */
     return cudaSuccess;
   if (!(flags & cudaEventWaitExternal))
@@ -1821,8 +1893,11 @@ static cudaError_t event_synchronize(cudaEvent_t ev) {
     return e;
   if (!ev->recorded || !ev->stream)
     return cudaSuccess;
+  if (ev->stream->ndeps)
+    stream_force(ev->stream);
   if (ev->stream->completed < ev->ticket)
     ev->stream->completed = ev->ticket;
+  progress();
   device_release(ev->stream->device);
   return cudaSuccess;
 }
@@ -2897,7 +2972,9 @@ void cudasim_release(cudaStream_t s) {
   struct CUstream_st *st = control_stream(s);
   if (st) {
     st->held = 0;
-    st->completed = st->ticket;
+    if (!stream_blocked(st))
+      st->completed = st->ticket;
+    progress();
     reap_all();
   }
   unlock();

@@ -1,0 +1,101 @@
+/* Batched buffers: count sub-buffers carved from one allocation, freed with one spool_free of
+ * the first pointer.
+ *
+ * A batch is one ordinary allocation (spool__alloc_site, so a stream cache may serve it) whose
+ * site carries the sub-buffer count. The site is copied into the buffer's record by every path
+ * (the pool's table, a stream cache's table), so the record knows it is a batch without any
+ * change to those paths; a sub-pointer handed to spool_free is not a buffer's start, the free
+ * is refused as an interior pointer, and the refusal asks spool__batch_refusal for words. */
+#include "internal.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+static const char ALLOC[] = "spool_alloc_batch";
+
+#define BATCH_ALIGN_DEFAULT 256
+#define BATCH_ALIGN_MAX 256 /* what the pool guarantees for the allocation's start */
+
+static void clear(void **ptrs, size_t count) {
+  for (size_t i = 0; i < count; i++) ptrs[i] = NULL;
+}
+
+static spool_status check_args(spool_pool *pool, size_t count, const size_t *sizes, void **ptrs,
+                               size_t align) {
+  if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", ALLOC);
+  if (!ptrs) return spool__fail(SPOOL_ERR_INVALID, "%s: ptrs is NULL", ALLOC);
+  if (!sizes) return spool__fail(SPOOL_ERR_INVALID, "%s: sizes is NULL", ALLOC);
+  if (count == 0 || count > UINT32_MAX)
+    return spool__fail(SPOOL_ERR_INVALID, "%s: count is %zu; a batch has 1 to %" PRIu32
+                       " sub-buffers", ALLOC, count, UINT32_MAX);
+  if (align == 0 || (align & (align - 1)) != 0 || align > BATCH_ALIGN_MAX)
+    return spool__fail(SPOOL_ERR_INVALID, "%s: alignment %zu is not a power of two up to %d "
+                       "(0 means %d; pool memory is aligned to %d bytes)", ALLOC, align,
+                       BATCH_ALIGN_MAX, BATCH_ALIGN_DEFAULT, BATCH_ALIGN_MAX);
+  return SPOOL_OK;
+}
+
+/* The offset of every sub-buffer (into ptrs, as integers) and the total; SPOOL_ERR_INVALID when
+ * the total does not fit a size_t. */
+static spool_status layout(size_t count, const size_t *sizes, size_t align, void **offsets,
+                           size_t *total) {
+  size_t at = 0;
+  for (size_t i = 0; i < count; i++) {
+    size_t start = (at + align - 1) & ~(align - 1);
+    if (start < at || sizes[i] > SIZE_MAX - start)
+      return spool__fail(SPOOL_ERR_INVALID, "%s: the %zu sizes overflow size_t at sub-buffer "
+                         "%zu (%zu bytes)", ALLOC, count, i, sizes[i]);
+    offsets[i] = (void *)start;
+    at = start + sizes[i];
+  }
+  *total = at;
+  return SPOOL_OK;
+}
+
+static spool_status alloc_batch(spool_pool *pool, cudaStream_t stream, size_t count,
+                                const size_t *sizes, void **ptrs, size_t align,
+                                spool__site site) {
+  if (ptrs && count <= UINT32_MAX) clear(ptrs, count);
+  if (align == 0) align = BATCH_ALIGN_DEFAULT;
+  spool_status s = check_args(pool, count, sizes, ptrs, align);
+  size_t total = 0;
+  /* The offsets go in ptrs first: no scratch memory, and ptrs is the caller's to write. */
+  if (s == SPOOL_OK) s = layout(count, sizes, align, ptrs, &total);
+  if (s != SPOOL_OK || total == 0) {
+    if (ptrs && count <= UINT32_MAX) clear(ptrs, count);
+    return s;
+  }
+  site.batch = (uint32_t)count;
+  void *base = NULL;
+  s = spool__alloc_site(pool, &base, total, stream, &site);
+  for (size_t i = 0; i < count; i++) {
+    uintptr_t off = (uintptr_t)ptrs[i];
+    ptrs[i] = s == SPOOL_OK ? (char *)base + off : NULL;
+  }
+  return s;
+}
+
+spool_status spool_alloc_batch(spool_pool *pool, cudaStream_t stream, size_t count,
+                               const size_t *sizes, void **ptrs, size_t alignment) {
+  spool__site site = {NULL, NULL, 0, 0};
+  return alloc_batch(pool, stream, count, sizes, ptrs, alignment, site);
+}
+
+spool_status spool_alloc_batch_at(spool_pool *pool, cudaStream_t stream, size_t count,
+                                  const size_t *sizes, void **ptrs, size_t alignment,
+                                  const char *file, int line) {
+  spool__site site = {file, NULL, line, 0};
+  return alloc_batch(pool, stream, count, sizes, ptrs, alignment, site);
+}
+
+spool_status spool__batch_refusal(const void *ptr, const spool__buffer *b, const char *here) {
+  if (b->born.batch == 0) return SPOOL_OK;
+  char size[SPOOL__SIZE_TEXT], site[SPOOL__SITE_TEXT];
+  return spool__fail(SPOOL_ERR_BATCH_MEMBER,
+                     "spool_free: %p is a sub-buffer (%" PRIuPTR " bytes in) of batch %p (%" PRIu32
+                     " sub-buffers, %s, allocation #%" PRIu64 " on stream %p, allocated at %s); "
+                     "free the whole batch with its first pointer %p (this free at %s); nothing "
+                     "was freed", ptr, (uintptr_t)ptr - b->ptr, (void *)b->ptr, b->born.batch,
+                     spool__format_size(b->size, size), b->seq, (void *)b->stream,
+                     spool__site_text(&b->born, site, sizeof site), (void *)b->ptr, here);
+}
