@@ -48,7 +48,7 @@ struct spool_scope {
   pthread_mutex_t lock;       /* guards the chunks */
   spool_pool *pool;
   cudaStream_t stream;
-  const void *thread;         /* the thread that began it: nesting is per thread and stream */
+  uint64_t thread;            /* the thread that began it: nesting is per thread and stream */
   bool capturing;             /* the stream was being captured at the begin */
   uint64_t number;            /* the pool's count of scopes begun, for messages */
   chunk *chunks;
@@ -68,7 +68,15 @@ typedef struct spool__scopes {
   uint64_t begun;
 } spool__scopes;
 
-static _Thread_local char thread_marker; /* its address names the thread */
+/* A number per thread, never reused: a thread-local's address would be, by the next thread
+ * given the same stack, which would then nest under scopes a dead thread left open. */
+static _Thread_local uint64_t thread_no;
+static atomic_uint_fast64_t threads_seen;
+
+static uint64_t my_thread(void) {
+  if (thread_no == 0) thread_no = atomic_fetch_add(&threads_seen, 1) + 1;
+  return thread_no;
+}
 
 /* ---- the pool's scope state ---------------------------------------------------------------- */
 
@@ -106,7 +114,7 @@ static spool_scope *take_object(spool__scopes *ss) {
 }
 
 /* Under the scopes' lock: the innermost open scope of this thread on stream. */
-static spool_scope *innermost(spool__scopes *ss, cudaStream_t stream, const void *thread) {
+static spool_scope *innermost(spool__scopes *ss, cudaStream_t stream, uint64_t thread) {
   cudaStream_t key = stream == cudaStreamLegacy ? NULL : stream;
   for (spool_scope *o = ss->open; o; o = o->open_next) {
     cudaStream_t k = o->stream == cudaStreamLegacy ? NULL : o->stream;
@@ -132,13 +140,13 @@ spool_status spool_scope_begin(spool_pool *pool, cudaStream_t stream, spool_scop
   if (sc) {
     sc->pool = pool;
     sc->stream = stream;
-    sc->thread = &thread_marker;
+    sc->thread = my_thread();
     sc->capturing = capturing;
     sc->number = ++ss->begun;
     sc->nchunks = 0;
     sc->next_size = CHUNK_MIN;
     sc->open_children = 0;
-    sc->parent = innermost(ss, stream, &thread_marker);
+    sc->parent = innermost(ss, stream, sc->thread);
     if (sc->parent) sc->parent->open_children++;
     sc->open_next = ss->open;
     ss->open = sc;
@@ -222,7 +230,7 @@ spool_status spool_scope_alloc(spool_scope *sc, void **ptr, size_t size) {
   if (s == SPOOL_OK && (!c || c->size - c->used < need)) {
     s = new_chunk(sc, need);
     /* the new chunk is on top, or just below it when it is the request's own */
-    c = &sc->chunks[sc->nchunks - 1];
+    if (s == SPOOL_OK) c = &sc->chunks[sc->nchunks - 1];
     if (s == SPOOL_OK && c->size - c->used < need) c = &sc->chunks[sc->nchunks - 2];
   }
   if (s == SPOOL_OK) {
@@ -254,13 +262,18 @@ static spool_status free_chunks(spool_scope *sc) {
   return SPOOL_OK;
 }
 
-/* Under the scopes' lock: takes sc off the open list and queues its object for reuse. */
+/* Under the scopes' lock: takes sc off the open list and queues its object for reuse. A child
+ * begun by another thread's call between the end's check of the children and this point (a
+ * scope ended from a thread other than its own) loses its parent here, so that its own end
+ * never counts down an object that may belong to a new scope by then. */
 static void retire(spool__scopes *ss, spool_scope *sc) {
-  for (spool_scope **at = &ss->open; *at; at = &(*at)->open_next) {
+  for (spool_scope **at = &ss->open; *at;) {
     if (*at == sc) {
       *at = sc->open_next;
-      break;
+      continue;
     }
+    if ((*at)->parent == sc) (*at)->parent = NULL;
+    at = &(*at)->open_next;
   }
   if (sc->parent) sc->parent->open_children--;
   sc->parent = NULL;

@@ -7,6 +7,8 @@
  * Built twice: check_scope_sim (cudasim) and check_scope_gpu (real CUDA). */
 #include "test_main.h"
 
+#include <pthread.h>
+
 static spool_scope *begin(spool_pool *p, cudaStream_t s) {
   spool_scope *sc = (spool_scope *)TEST_SENTINEL;
   CK_SPOOL(spool_scope_begin(p, s, &sc));
@@ -206,6 +208,61 @@ START_TEST(scope_open_at_destroy_is_a_leak) {
 }
 END_TEST
 
+/* Nesting is per thread: a scope begun by a thread that never ended it has no children from
+ * threads that come after (a thread-local's address would name the next thread, given the same
+ * stack, as the same thread). */
+typedef struct thread_job {
+  spool_pool *pool;
+  cudaStream_t stream;
+  spool_scope *scope;
+  spool_status status;
+} thread_job;
+
+static void *begin_and_leave(void *arg) {
+  thread_job *j = arg;
+  j->status = spool_scope_begin(j->pool, j->stream, &j->scope);
+  return NULL;
+}
+
+START_TEST(scope_threads_never_nest) {
+  spool_pool *p = test_pool_with(NULL);
+  cudaStream_t s = test_stream_create();
+  thread_job jobs[2] = {{p, s, NULL, SPOOL_STATUS_COUNT}, {p, s, NULL, SPOOL_STATUS_COUNT}};
+  for (int i = 0; i < 2; i++) { /* one after the other: the second may reuse the first's stack */
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, begin_and_leave, &jobs[i]), 0);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    CK_STATUS(jobs[i].status, SPOOL_OK);
+  }
+  CK_SPOOL(spool_scope_end(jobs[0].scope)); /* no child: the second thread's is its own */
+  CK_SPOOL(spool_scope_end(jobs[1].scope));
+  test_pool_destroy(p);
+  test_stream_destroy(s);
+}
+END_TEST
+
+/* A chunk that cannot be had fails the allocation and nothing else: the scope stays open and
+ * usable, and ends with nothing to free. */
+START_TEST(scope_failed_chunk_leaves_scope_usable) {
+  spool_pool *p = test_pool_with(NULL);
+  cudaStream_t s = test_stream_create();
+  spool_scope *sc = begin(p, s);
+#ifdef SPOOL_TEST_SIM
+  cudasim_fail("cudaMallocFromPoolAsync", 1, cudaErrorLaunchFailure);
+  void *q = TEST_SENTINEL;
+  CK_STATUS(spool_scope_alloc(sc, &q, 100), SPOOL_ERR_CUDA);
+  ck_assert_ptr_null(q);
+  ck_assert_uint_eq(test_stats(p).buffers_in_use, 0);
+#endif
+  (void)piece(sc, 100);
+  ck_assert_uint_eq(test_stats(p).buffers_in_use, 1);
+  CK_SPOOL(spool_scope_end(sc));
+  ck_assert_uint_eq(test_stats(p).buffers_in_use, 0);
+  test_pool_destroy(p);
+  test_stream_destroy(s);
+}
+END_TEST
+
 /* ---- data ------------------------------------------------------------------------------------ */
 
 START_TEST(scope_pieces_hold_their_data) {
@@ -273,6 +330,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, scope_bad_arguments);
   tcase_add_test(tc, scope_piece_free_refused);
   tcase_add_test(tc, scope_open_at_destroy_is_a_leak);
+  tcase_add_test(tc, scope_threads_never_nest);
+  tcase_add_test(tc, scope_failed_chunk_leaves_scope_usable);
   tcase_add_test(tc, scope_pieces_hold_their_data);
   tcase_add_test(tc, scope_crossing_a_capture_refused);
   suite_add_tcase(su, tc);
