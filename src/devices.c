@@ -14,29 +14,30 @@ static bool special_stream(cudaStream_t stream) {
   return stream == NULL || stream == cudaStreamLegacy || stream == cudaStreamPerThread;
 }
 
-spool_status spool__stream_device_check(const spool_pool *pool, cudaStream_t stream,
-                                        const char *context) {
+int spool__stream_device(cudaStream_t stream) {
 #if CUDART_VERSION >= 12080
   int device = -1;
   cudaError_t err =
       special_stream(stream) ? cudaGetDevice(&device) : cudaStreamGetDevice(stream, &device);
-  if (err != cudaSuccess) { /* cannot tell: the allocation itself judges the stream */
-    spool__clear_cuda_error();
-    return SPOOL_OK;
-  }
-  if (device == pool->device) return SPOOL_OK;
+  if (err == cudaSuccess) return device;
+  spool__clear_cuda_error();
+#else
+  /* cudaStreamGetDevice arrived with CUDA 12.8: older builds leave the check to the caller. */
+  (void)stream;
+#endif
+  return -1;
+}
+
+spool_status spool__stream_device_check(const spool_pool *pool, cudaStream_t stream,
+                                        const char *context) {
+  int device = spool__stream_device(stream);
+  /* -1: cannot tell; the allocation itself judges the stream */
+  if (device < 0 || device == pool->device) return SPOOL_OK;
   return spool__fail(SPOOL_ERR_INVALID,
                      "%s: stream %p belongs to device %d, but the pool's memory lives on device "
                      "%d; allocate from a pool on device %d (spool_pools_create_all makes one per "
                      "device) or use a stream of device %d",
                      context, (void *)stream, device, pool->device, device, pool->device);
-#else
-  /* cudaStreamGetDevice arrived with CUDA 12.8: older builds leave the check to the caller. */
-  (void)pool;
-  (void)stream;
-  (void)context;
-  return SPOOL_OK;
-#endif
 }
 
 /* ---- one pool per device ------------------------------------------------------------------ */

@@ -167,31 +167,60 @@ static spool_status make_stream(spool_pool *pool, spool__handoff *h, const char 
   return spool__device_leave(pool->device, saved, s, ctx);
 }
 
-/* Under h's lock: the hand-off stream waits for the work queued on stream so far. */
-static spool_status wait_for(spool__handoff *h, cudaStream_t stream, const char *ctx) {
-  cudaError_t err = cudaEventRecord(h->event, stream);
+/* The hand-off stream waits for ev as recorded on stream just now. */
+static spool_status record_and_wait(spool__handoff *h, cudaEvent_t ev, cudaStream_t stream,
+                                    const char *ctx) {
+  cudaError_t err = cudaEventRecord(ev, stream);
   if (err != cudaSuccess)
     return spool__fail_cuda(err, "cudaEventRecord", "%s: on stream %p (destroyed? a recorded "
                             "stream must live until the buffer's free); nothing was freed", ctx,
                             (void *)stream);
-  err = cudaStreamWaitEvent(h->stream, h->event, 0);
+  err = cudaStreamWaitEvent(h->stream, ev, 0);
   if (err != cudaSuccess)
     return spool__fail_cuda(err, "cudaStreamWaitEvent", "%s: the hand-off stream waiting for "
                             "stream %p; nothing was freed", ctx, (void *)stream);
   return SPOOL_OK;
 }
 
-static spool_status wait_all(spool__handoff *h, const entry *e, cudaStream_t stream,
-                             cudaEvent_t event, const char *ctx) {
+/* An event is recorded only on streams of its own device (the hand-off event: the pool's), so
+ * a stream of another device (a peer using the buffer; 0 or cudaStreamPerThread while another
+ * device is current) gets an event of its device for the one wait. Destroying it at once is
+ * fine: a wait already queued is not affected. */
+static spool_status wait_across(spool__handoff *h, cudaStream_t stream, int device,
+                                const char *ctx) {
+  int saved = 0;
+  spool_status s = spool__device_enter(device, &saved, ctx);
+  if (s != SPOOL_OK) return s;
+  cudaEvent_t ev = NULL;
+  cudaError_t err = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+  if (err != cudaSuccess)
+    s = spool__fail_cuda(err, "cudaEventCreateWithFlags", "%s: an event on device %d for stream "
+                         "%p; nothing was freed", ctx, device, (void *)stream);
+  if (s == SPOOL_OK) s = record_and_wait(h, ev, stream, ctx);
+  if (ev && cudaEventDestroy(ev) != cudaSuccess) spool__clear_cuda_error();
+  return spool__device_leave(device, saved, s, ctx);
+}
+
+/* Under h's lock: the hand-off stream waits for the work queued on stream so far. */
+static spool_status wait_for(spool_pool *pool, spool__handoff *h, cudaStream_t stream,
+                             const char *ctx) {
+  int device = spool__stream_device(stream); /* -1: cannot tell; the pool's event is tried */
+  if (device >= 0 && device != pool->device) return wait_across(h, stream, device, ctx);
+  return record_and_wait(h, h->event, stream, ctx);
+}
+
+static spool_status wait_all(spool_pool *pool, spool__handoff *h, const entry *e,
+                             cudaStream_t stream, cudaEvent_t event, const char *ctx) {
   spool_status s = SPOOL_OK;
-  for (unsigned i = 0; e && i < e->n && s == SPOOL_OK; i++) s = wait_for(h, e->streams[i], ctx);
+  for (unsigned i = 0; e && i < e->n && s == SPOOL_OK; i++)
+    s = wait_for(pool, h, e->streams[i], ctx);
   if (s == SPOOL_OK && event) {
     cudaError_t err = cudaStreamWaitEvent(h->stream, event, 0);
     if (err != cudaSuccess)
       s = spool__fail_cuda(err, "cudaStreamWaitEvent", "%s: the hand-off stream waiting for "
                            "event %p; nothing was freed", ctx, (void *)event);
   }
-  if (s == SPOOL_OK) s = wait_for(h, stream, ctx);
+  if (s == SPOOL_OK) s = wait_for(pool, h, stream, ctx);
   return s;
 }
 
@@ -211,9 +240,12 @@ static spool_status deferred_free(spool_pool *pool, spool__handoff *h, void *ptr
   if (e) copy = *e;
   spool_status s = check_streams(e ? &copy : NULL, stream, ctx);
   if (s == SPOOL_OK) s = make_stream(pool, h, ctx);
-  if (s == SPOOL_OK) s = wait_all(h, e ? &copy : NULL, stream, event, ctx);
+  if (s == SPOOL_OK) s = wait_all(pool, h, e ? &copy : NULL, stream, event, ctx);
   if (s == SPOOL_OK) s = spool__free_plain(pool, ptr, h->stream, site);
   if (s == SPOOL_OK && (e = find(h, (uintptr_t)ptr)) != NULL) *e = h->entries[--h->n];
+  /* No recorded streams left: frees skip the table again (record_stream sets the flag under
+   * the same lock, so the two never disagree with the table for long). */
+  if (h->n == 0) atomic_store_explicit(&pool->handoff_any, false, memory_order_relaxed);
   pthread_mutex_unlock(&h->lock);
   return s;
 }

@@ -421,6 +421,9 @@ void *spool__zalloc_aligned(size_t size);
  * fails, e.g. for a destroyed stream) the check passes and the allocation judges the stream. */
 spool_status spool__stream_device_check(const spool_pool *pool, cudaStream_t stream,
                                         const char *context);
+/* devices.c: the device of stream, as above; -1 where the runtime cannot tell. Not during a
+ * capture of stream (cudaStreamGetDevice would break it). */
+int spool__stream_device(cudaStream_t stream);
 
 /* devices.c: the report's lines on access (peer.c) and IPC (ipc.c); they never fail the report
  * and leave this thread's last error as it was. */

@@ -185,6 +185,37 @@ START_TEST(handoff_failure_frees_nothing) {
   test_stream_destroy(s2);
 }
 END_TEST
+
+/* A recorded stream of another device (a peer reading the buffer), and a free on the legacy
+ * stream while that device is current: the pool's event cannot be recorded there ("event and
+ * stream must be on the same device"), so each wait gets an event of the stream's device. The
+ * free succeeds and still waits for the peer. */
+START_TEST(handoff_stream_of_another_device) {
+  cudasim_set_device_count(2);
+  spool_pool *p = test_pool_with("cache=off"); /* device 0 */
+  cudaStream_t s0 = test_stream_create();
+  CK_CUDA(cudaSetDevice(1));
+  cudaStream_t s1 = test_stream_create();
+  void *a = test_alloc_on(p, MiB, s0);
+  cudasim_hold(s1);
+  CK_CUDA(cudaMemsetAsync(a, 1, MiB, s1)); /* the peer's work on a, pending */
+  CK_SPOOL(spool_record_stream(p, a, s1));
+  CK_SPOOL(spool_free(p, a, s0));
+  void *b = test_alloc_on(p, MiB, s0);
+  ck_assert_ptr_ne(b, a); /* the peer is not done */
+  cudasim_release(s1);
+  void *c = test_alloc_on(p, MiB, s0);
+  ck_assert_ptr_eq(c, a); /* now it is */
+  CK_SPOOL(spool_record_stream(p, c, s1));
+  CK_SPOOL(spool_free(p, c, NULL)); /* device 1's legacy stream frees device 0's memory */
+  CK_SPOOL(spool_free(p, b, s0));
+  ck_assert_uint_eq(test_stats(p).buffers_in_use, 0);
+  CK_CUDA(cudaSetDevice(0));
+  test_pool_destroy(p);
+  test_stream_destroy(s0);
+  test_stream_destroy(s1);
+}
+END_TEST
 #endif
 
 /* Data: a buffer written on s1, read on s2 after a wait, freed on s1 with s2 recorded; every
@@ -290,6 +321,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, handoff_record_stream_cached);
   tcase_add_test(tc, handoff_free_after_event);
   tcase_add_test(tc, handoff_failure_frees_nothing);
+  tcase_add_test(tc, handoff_stream_of_another_device);
 #endif
   tcase_add_test(tc, handoff_data_after_free);
 #ifndef SPOOL_TEST_SIM

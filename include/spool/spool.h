@@ -451,9 +451,11 @@ SPOOL_EXPORT spool_status spool_scope_end(spool_scope *scope);
  * when it is freed, its memory is reused only once other_stream's work queued up to the free is
  * done too (and the freeing stream's, as always). other_stream must still exist at the free.
  * Recording the buffer's own stream, or a stream already recorded, does nothing. Cost: finding
- * a buffer that a stream cache served scans the caches' tables, and once any buffer of the pool
- * has had a stream recorded, every spool_free of the pool looks in the hand-off table (a lock
- * and a short scan): meant for buffers shared across streams, not for every temporary.
+ * a buffer that a stream cache served scans the caches' tables, and while any buffer of the pool
+ * has streams recorded, every spool_free of the pool looks in the hand-off table (a lock and a
+ * short scan): meant for buffers shared across streams, not for every temporary. other_stream
+ * may belong to another device (a peer using the buffer). cudaStreamPerThread means the
+ * per-thread stream of the thread that frees the buffer, not of the caller.
  * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool or ptr NULL; track=off; the buffer or other_stream is
  * being captured into a graph; more than 8 streams recorded); SPOOL_ERR_UNKNOWN_POINTER,
  * SPOOL_ERR_INTERIOR_POINTER, SPOOL_ERR_BATCH_MEMBER (ptr is not a live buffer's start);

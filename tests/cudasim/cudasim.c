@@ -12,7 +12,10 @@
  *    device check (no devices: cudaErrorNoDevice).
  *  - Streams count enqueued operations (tickets) and completed ones. Work on a stream that is
  *    not held completes when it is enqueued; on a held stream it stays pending until
- *    cudasim_release() or a stream, event or device synchronize. Events record a stream's ticket.
+ *    cudasim_release() or a stream, event or device synchronize. Events record a stream's ticket;
+ *    an event belongs to the device current at its creation, and recording it on a stream of
+ *    another device is cudaErrorInvalidResourceHandle (the runtime: "event and stream must be on
+ *    the same device"). Waiting for it from any device's stream is allowed.
  *  - Pools reserve memory in segments of CUDASIM_GRANULARITY (2 MiB) multiples, each a lazily
  *    committed anonymous mmap, so device pointers can be dereferenced on the host. Blocks are
  *    carved from segments at 512-byte granularity; a freed block is reusable once its free has
@@ -183,6 +186,7 @@ struct CUstream_st {
 
 struct CUevent_st {
   struct CUevent_st *next; /* registry */
+  int device;              /* current at its creation: it is recorded on that device's streams */
   unsigned flags;
   int recorded;
   struct CUstream_st *stream; /* NULL once that stream is gone: then complete */
@@ -1806,9 +1810,14 @@ static cudaError_t event_create(cudaEvent_t *pev, unsigned flags) {
     return cudaErrorInvalidValue;
   if ((flags & cudaEventInterprocess) && !(flags & cudaEventDisableTiming))
     return cudaErrorInvalidValue;
+  int d;
+  cudaError_t e = cur_dev(&d);
+  if (e != cudaSuccess)
+    return e;
   struct CUevent_st *ev = calloc(1, sizeof *ev);
   if (!ev)
     return cudaErrorMemoryAllocation;
+  ev->device = d;
   ev->flags = flags;
   ev->next = g.events;
   g.events = ev;
@@ -1851,6 +1860,8 @@ static cudaError_t event_record(cudaEvent_t ev, cudaStream_t h, unsigned flags) 
   if (flags & ~(unsigned)cudaEventRecordExternal)
     return cudaErrorInvalidValue;
   cudaError_t e = stream_get(h, &s);
+  if (e == cudaSuccess && s->device != ev->device)
+    e = cudaErrorInvalidResourceHandle; /* "event and stream must be on the same device" */
   if (e == cudaSuccess)
     e = stream_use(s);
   if (e != cudaSuccess)
