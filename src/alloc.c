@@ -303,19 +303,19 @@ static spool_status refuse_in_capture(void *ptr, cudaStream_t stream) {
                      ptr, (void *)stream);
 }
 
-/* The pool's own table (buffers of the uncached path), under its lock. 1 when ptr was there. */
+/* The pool's own table (buffers of the uncached path), under its lock. 1 when ptr was there.
+ * *capturing: whether stream is being captured (capture_check=on), for the caller too. */
 static int free_tracked(spool_pool *pool, void *ptr, cudaStream_t stream, const spool__site *site,
-                        spool_status *s) {
+                        spool_status *s, bool *capturing) {
   spool__buffer b;
   cudaError_t err = cudaSuccess;
   const char *api = "cudaFreeAsync";
-  bool capturing = false; /* about 20 ns, against the microsecond of cudaFreeAsync */
-  if (pool->cfg.capture_check) {
-    *s = spool__stream_capturing(stream, &capturing, FREE);
+  if (pool->cfg.capture_check) { /* about 20 ns, against the microsecond of cudaFreeAsync */
+    *s = spool__stream_capturing(stream, capturing, FREE);
     if (*s != SPOOL_OK) return 1;
   }
   pthread_mutex_lock(&pool->lock);
-  const spool__buffer *rec = capturing ? spool__table_find(&pool->live, (uintptr_t)ptr) : NULL;
+  const spool__buffer *rec = *capturing ? spool__table_find(&pool->live, (uintptr_t)ptr) : NULL;
   if (rec && !rec->graph) {
     pthread_mutex_unlock(&pool->lock);
     *s = refuse_in_capture(ptr, stream);
@@ -353,9 +353,16 @@ static SPOOL__NOINLINE spool_status free_slow(spool_pool *pool, void *ptr, cudaS
                                               const spool__buffer *dead) {
   spool_status s = SPOOL_OK;
   spool__buffer moved;
+  bool capturing = false;
   if (fr == SPOOL__FREE_PASS && pool->cfg.track != SPOOL_TRACK_OFF &&
-      free_tracked(pool, ptr, stream, site, &s))
+      free_tracked(pool, ptr, stream, site, &s, &capturing))
     return s;
+  /* issue 5: a live buffer of another stream's cache, freed during a capture: never a graph
+   * allocation (those bypass the caches), so refused as the table's are. Moved into this
+   * stream's cache instead, it would be handed out again before the graph ever ran. */
+  if (capturing && fr == SPOOL__FREE_PASS && pool->cfg.cache &&
+      spool__cache_containing(pool, (uintptr_t)ptr, &moved) && moved.ptr == (uintptr_t)ptr)
+    return refuse_in_capture(ptr, stream);
   if (fr == SPOOL__FREE_PASS && pool->cfg.cache) {
     fr = spool__cache_free_moved(pool, ptr, stream, site, &s, &moved);
     dead = &moved;

@@ -189,6 +189,34 @@ START_TEST(capture_outside_free_cached_track_full) {
 }
 END_TEST
 
+/* A buffer a stream cache served, freed during a capture of another stream, with the default
+ * track=counts: the capture check the free makes anyway sees it, and the free is refused (moved
+ * into the capturing stream's cache, the block would be handed out before the graph ran). */
+START_TEST(capture_outside_free_other_stream) {
+  spool_pool *p = test_pool_with(NULL);
+  cudaStream_t s1 = test_stream_create(), s2 = test_stream_create();
+  void *a = test_alloc_on(p, 4 * KiB, s1);
+  cudaGraph_t graph = NULL;
+  CK_CUDA(cudaStreamBeginCapture(s2, cudaStreamCaptureModeGlobal));
+  CK_CUDA(cudaMemsetAsync(a, 5, 4 * KiB, s2)); /* the graph uses a */
+  spool_status st = spool_free(p, a, s2);
+  CK_CUDA(cudaStreamEndCapture(s2, &graph)); /* intact */
+  CK_STATUS(st, SPOOL_ERR_INVALID);
+  CK_LAST_ERROR_HAS("allocated outside the capture");
+  ck_assert_ptr_nonnull(graph);
+  ck_assert_uint_eq(test_stats(p).buffers_in_use, 1);
+  void *b = test_alloc_on(p, 4 * KiB, s2); /* not a: it was never freed */
+  ck_assert_ptr_ne(b, a);
+  CK_SPOOL(spool_free(p, b, s2));
+  CK_CUDA(cudaGraphDestroy(graph));
+  CK_SPOOL(spool_free(p, a, s1));
+  ck_assert_uint_eq(test_stats(p).buffers_in_use, 0);
+  test_pool_destroy(p);
+  test_stream_destroy(s1);
+  test_stream_destroy(s2);
+}
+END_TEST
+
 /* A batch freed during a capture it was not allocated in: refused the same way. */
 START_TEST(capture_outside_batch_free) {
   spool_pool *p = test_pool_with("cache=off");
@@ -329,6 +357,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, capture_outside_free_large);
   tcase_add_test(tc, capture_outside_free_cached_track_full);
   tcase_add_test(tc, capture_outside_batch_free);
+  tcase_add_test(tc, capture_outside_free_other_stream);
   tcase_add_test(tc, capture_other_thread_pool_calls);
 #ifdef SPOOL_TEST_SIM
   tcase_add_test(tc, capture_other_thread_raw_call_invalidates);
