@@ -223,7 +223,12 @@ spool_status spool_scope_alloc(spool_scope *sc, void **ptr, size_t size) {
   if (size > SIZE_MAX / 2)
     return spool__fail(SPOOL_ERR_INVALID, "%s: %zu bytes is too large", ctx, size);
   size_t need = (size + PIECE_ALIGN - 1) & ~(size_t)(PIECE_ALIGN - 1);
-  spool_status s = SPOOL_OK;
+  /* A piece of a chunk from outside a capture, used in the graph, would be freed at the scope's
+   * end (outside the capture) while the graph, launched later, still uses it; a graph's chunk
+   * used outside its capture is memory that exists only while the graph runs. So every
+   * allocation, not only one that takes a chunk, asks as the stream caches do (capture_check). */
+  spool_status s = sc->pool->cfg.capture_check ? same_capture(sc, ctx, false) : SPOOL_OK;
+  if (s != SPOOL_OK) return s;
   pthread_mutex_lock(&sc->lock);
   if (atomic_load(&sc->magic) != SCOPE_LIVE) s = not_open(sc, ctx); /* ended meanwhile */
   chunk *c = sc->nchunks ? &sc->chunks[sc->nchunks - 1] : NULL;

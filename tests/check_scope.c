@@ -319,6 +319,30 @@ START_TEST(scope_crossing_a_capture_refused) {
 }
 END_TEST
 
+/* Nor does it hand out a piece of a chunk it already has, inside a capture: the graph would use
+ * memory the scope frees at its end, outside the capture, before the graph ever runs. */
+START_TEST(scope_piece_inside_a_capture_refused) {
+  spool_pool *p = test_pool_with(NULL);
+  cudaStream_t s = test_stream_create();
+  spool_scope *sc = begin(p, s);
+  (void)piece(sc, 64); /* the chunk has room left */
+  cudaGraph_t graph = NULL;
+  void *q = TEST_SENTINEL;
+  CK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  spool_status as = spool_scope_alloc(sc, &q, 64);
+  CK_CUDA(cudaStreamEndCapture(s, &graph));
+  CK_STATUS(as, SPOOL_ERR_INVALID);
+  CK_LAST_ERROR_HAS("capture state it began in");
+  ck_assert_ptr_null(q);
+  ck_assert_ptr_nonnull(graph);
+  CK_CUDA(cudaGraphDestroy(graph));
+  (void)piece(sc, 64); /* after the capture: fine again */
+  CK_SPOOL(spool_scope_end(sc));
+  test_pool_destroy(p);
+  test_stream_destroy(s);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *su = suite_create("scope");
   TCase *tc = test_tcase("scope");
@@ -334,6 +358,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, scope_failed_chunk_leaves_scope_usable);
   tcase_add_test(tc, scope_pieces_hold_their_data);
   tcase_add_test(tc, scope_crossing_a_capture_refused);
+  tcase_add_test(tc, scope_piece_inside_a_capture_refused);
   suite_add_tcase(su, tc);
   return su;
 }

@@ -410,9 +410,10 @@ typedef struct spool_scope spool_scope;
 
 /* Begins a scope on stream. Allocations from it (spool_scope_alloc) are carved from chunks
  * the scope takes with spool_alloc on stream (1 MiB first, doubling up to 64 MiB, or the size
- * of a larger request), so that most of them cost no CUDA call; spool_scope_end gives the
- * chunks back with spool_free on stream, to the stream's cache, where the next scope on that
- * stream finds them (spool_trim and cache_limit bound what stays reserved).
+ * of a larger request), so that most of them cost no CUDA call but the capture check
+ * (capture_check); spool_scope_end gives the chunks back with spool_free on stream, to the
+ * stream's cache, where the next scope on that stream finds them (spool_trim and cache_limit
+ * bound what stays reserved).
  * Scopes nest: a scope begun on a stream by a thread that has a scope open on that stream is
  * its child, and must end before its parent (ending a parent with open children is
  * SPOOL_ERR_INVALID and ends nothing). A scope begun while stream is being captured into a
@@ -428,9 +429,13 @@ SPOOL_EXPORT spool_status spool_scope_begin(spool_pool *pool, cudaStream_t strea
 
 /* Allocates size bytes (256-aligned) from the scope, for work on the scope's stream; valid until
  * the scope ends. No free: spool_free of it is refused (SPOOL_ERR_INTERIOR_POINTER, naming the
- * scope's chunk). size 0 gives *ptr = NULL. Most calls only move a pointer; when the current
+ * scope's chunk). size 0 gives *ptr = NULL. Refused (SPOOL_ERR_INVALID) when the stream's
+ * capture state is not the one the scope began in: a piece of a chunk from outside a capture
+ * would be freed before the graph using it runs (asked every call with capture_check=on, the
+ * default; only for new chunks with off). Most calls only move a pointer; when the current
  * chunk is full, the scope takes a new one with spool_alloc.
- * Returns SPOOL_OK; SPOOL_ERR_INVALID (scope or ptr NULL, size too large); SPOOL_ERR_SCOPE_ENDED
+ * Returns SPOOL_OK; SPOOL_ERR_INVALID (scope or ptr NULL, size too large, the capture state
+ * above); SPOOL_ERR_CUDA (the capture state cannot be read); SPOOL_ERR_SCOPE_ENDED
  * (the scope was ended: caught while the pool lives and the scope's slot has not been reused by
  * 64 later scopes); otherwise what spool_alloc returns. On failure *ptr is NULL. Thread safe
  * (the scope has a lock), though a scope is meant for one thread's work on one stream. */
