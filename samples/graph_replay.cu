@@ -88,7 +88,8 @@ struct App {
 };
 
 // Memory from before the capture, freed inside it: refused, capture intact. (A pool with
-// track=counts or off checks this only for buffers that did not come from a stream cache.)
+// track=counts checks this for every buffer but those the freeing stream's own cache served;
+// track=off for none.)
 static bool show_outside_free(App &app) {
   void *before = nullptr;
   SPOOL_CHECK(spool_alloc(app.pool, &before, 4096, app.s));
