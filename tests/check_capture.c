@@ -19,6 +19,29 @@
 
 #define BYTES (64 * KiB)
 
+/* The capture a test has open. A failed assertion inside it jumps past its end, and a capture
+ * left open makes the later tests' CUDA calls fail too (the gpu suite runs in one process, and
+ * a global-mode capture forbids this thread the unsafe calls): the teardown ends it. */
+static cudaStream_t open_capture;
+
+static void begin_capture(cudaStream_t s, enum cudaStreamCaptureMode mode) {
+  CK_CUDA(cudaStreamBeginCapture(s, mode));
+  open_capture = s;
+}
+
+static cudaError_t end_capture(cudaStream_t s, cudaGraph_t *graph) {
+  open_capture = NULL;
+  return cudaStreamEndCapture(s, graph);
+}
+
+static void end_open_capture(void) {
+  if (!open_capture) return;
+  cudaGraph_t g = NULL;
+  if (cudaStreamEndCapture(open_capture, &g) == cudaSuccess && g) (void)cudaGraphDestroy(g);
+  (void)cudaGetLastError();
+  open_capture = NULL;
+}
+
 /* What the captured work allocates its temporaries with. */
 typedef enum { WITH_ALLOC, WITH_BATCH, WITH_SCOPE, WITH_NESTED_SCOPES } with;
 
@@ -87,9 +110,9 @@ static void replay(enum cudaStreamCaptureMode mode, with how) {
   long trims = cudasim_calls("cudaMemPoolTrimTo");
 #endif
   cudaGraph_t graph = NULL;
-  CK_CUDA(cudaStreamBeginCapture(s, mode));
+  begin_capture(s, mode);
   captured_work(p, s, how, src, dst);
-  CK_CUDA(cudaStreamEndCapture(s, &graph));
+  CK_CUDA(end_capture(s, &graph));
   ck_assert_ptr_nonnull(graph);
 #ifdef SPOOL_TEST_SIM
   ck_assert_int_eq(cudasim_calls("cudaMemPoolGetAttribute") +
@@ -149,10 +172,10 @@ static void outside_free_refused(const char *cfg, size_t size, enum cudaStreamCa
   cudaStream_t s = test_stream_create();
   void *a = test_alloc_on(p, size, s);
   cudaGraph_t graph = NULL;
-  CK_CUDA(cudaStreamBeginCapture(s, mode));
+  begin_capture(s, mode);
   CK_CUDA(cudaMemsetAsync(a, 7, size, s)); /* the graph uses a */
   spool_status st = spool_free(p, a, s);
-  CK_CUDA(cudaStreamEndCapture(s, &graph)); /* intact */
+  CK_CUDA(end_capture(s, &graph)); /* intact */
   CK_STATUS(st, SPOOL_ERR_INVALID);
   CK_LAST_ERROR_HAS("allocated outside the capture");
   CK_LAST_ERROR_HAS("nothing was freed");
@@ -197,10 +220,10 @@ START_TEST(capture_outside_free_other_stream) {
   cudaStream_t s1 = test_stream_create(), s2 = test_stream_create();
   void *a = test_alloc_on(p, 4 * KiB, s1);
   cudaGraph_t graph = NULL;
-  CK_CUDA(cudaStreamBeginCapture(s2, cudaStreamCaptureModeGlobal));
+  begin_capture(s2, cudaStreamCaptureModeGlobal);
   CK_CUDA(cudaMemsetAsync(a, 5, 4 * KiB, s2)); /* the graph uses a */
   spool_status st = spool_free(p, a, s2);
-  CK_CUDA(cudaStreamEndCapture(s2, &graph)); /* intact */
+  CK_CUDA(end_capture(s2, &graph)); /* intact */
   CK_STATUS(st, SPOOL_ERR_INVALID);
   CK_LAST_ERROR_HAS("allocated outside the capture");
   ck_assert_ptr_nonnull(graph);
@@ -225,9 +248,9 @@ START_TEST(capture_outside_batch_free) {
   void *sub[2];
   CK_SPOOL(spool_alloc_batch(p, s, 2, sizes, sub, 0));
   cudaGraph_t graph = NULL;
-  CK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  begin_capture(s, cudaStreamCaptureModeGlobal);
   spool_status st = spool_free(p, sub[0], s);
-  CK_CUDA(cudaStreamEndCapture(s, &graph));
+  CK_CUDA(end_capture(s, &graph));
   CK_STATUS(st, SPOOL_ERR_INVALID);
   CK_CUDA(cudaGraphDestroy(graph));
   CK_SPOOL(spool_free(p, sub[0], s));
@@ -261,13 +284,13 @@ START_TEST(capture_other_thread_pool_calls) {
   cudaStream_t s = test_stream_create();
   void *a = test_alloc_on(p, 4 * KiB, s);
   cudaGraph_t graph = NULL;
-  CK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  begin_capture(s, cudaStreamCaptureModeGlobal);
   CK_CUDA(cudaMemsetAsync(a, 3, 4 * KiB, s));
   admin_job job = {p, SPOOL_STATUS_COUNT, SPOOL_STATUS_COUNT, SPOOL_STATUS_COUNT};
   pthread_t t;
   ck_assert_int_eq(pthread_create(&t, NULL, admin, &job), 0);
   ck_assert_int_eq(pthread_join(t, NULL), 0);
-  CK_CUDA(cudaStreamEndCapture(s, &graph));
+  CK_CUDA(end_capture(s, &graph));
   ck_assert_ptr_nonnull(graph);
   CK_STATUS(job.stats, SPOOL_OK);
   CK_STATUS(job.reset, SPOOL_OK);
@@ -294,12 +317,12 @@ START_TEST(capture_other_thread_raw_call_invalidates) {
   cudaStream_t s = test_stream_create();
   void *a = test_alloc_on(p, 4 * KiB, s);
   cudaGraph_t graph = NULL;
-  CK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  begin_capture(s, cudaStreamCaptureModeGlobal);
   CK_CUDA(cudaMemsetAsync(a, 3, 4 * KiB, s));
   pthread_t t;
   ck_assert_int_eq(pthread_create(&t, NULL, raw_attribute, p), 0);
   ck_assert_int_eq(pthread_join(t, NULL), 0);
-  ck_assert_int_eq(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated);
+  ck_assert_int_eq(end_capture(s, &graph), cudaErrorStreamCaptureInvalidated);
   (void)cudaGetLastError();
   ck_assert_ptr_null(graph);
   CK_SPOOL(spool_free(p, a, s));
@@ -322,11 +345,11 @@ START_TEST(capture_oom_makes_no_pool_calls) {
   long attrs = cudasim_calls("cudaMemPoolGetAttribute");
   cudaGraph_t graph = NULL;
   void *in = NULL;
-  CK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  begin_capture(s, cudaStreamCaptureModeGlobal);
   cudasim_fail("cudaMallocFromPoolAsync", 1, cudaErrorMemoryAllocation);
   spool_status st = spool_alloc(p, &in, 4 * KiB, s);
   spool_status fs = st == SPOOL_OK ? spool_free(p, in, s) : SPOOL_OK;
-  CK_CUDA(cudaStreamEndCapture(s, &graph));
+  CK_CUDA(end_capture(s, &graph));
   CK_STATUS(st, SPOOL_OK); /* the retry succeeded */
   CK_STATUS(fs, SPOOL_OK);
   ck_assert_ptr_nonnull(graph);
@@ -343,6 +366,7 @@ END_TEST
 static Suite *suite(void) {
   Suite *su = suite_create("capture");
   TCase *tc = test_tcase("replay");
+  tcase_add_checked_fixture(tc, NULL, end_open_capture);
   tcase_add_test(tc, capture_alloc_global);
   tcase_add_test(tc, capture_alloc_relaxed);
   tcase_add_test(tc, capture_batch_global);
@@ -353,6 +377,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, capture_nested_scopes_relaxed);
   suite_add_tcase(su, tc);
   tc = test_tcase("outside");
+  tcase_add_checked_fixture(tc, NULL, end_open_capture);
   tcase_add_test(tc, capture_outside_free_uncached);
   tcase_add_test(tc, capture_outside_free_large);
   tcase_add_test(tc, capture_outside_free_cached_track_full);
