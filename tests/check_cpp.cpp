@@ -749,6 +749,27 @@ START_TEST(batch_raii) {
 }
 END_TEST
 
+START_TEST(pool_hand_off) {
+  spool::pool p{spool::config{}};
+  cudaStream_t s1 = test_stream_create(), s2 = test_stream_create();
+  void *a = nullptr, *b = nullptr;
+  CK_SPOOL(spool_alloc(p.get(), &a, 4096, s1));
+  CK_SPOOL(spool_alloc(p.get(), &b, 4096, s1));
+  p.record_stream(a, s2);
+  CK_SPOOL(spool_free(p.get(), a, s1)); /* through the hand-off */
+  cudaEvent_t ev;
+  CK_CUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  CK_CUDA(cudaEventRecord(ev, s2));
+  p.free_after(b, s1, ev);
+  CK_THROWS(p.free_after(b, s1, nullptr), SPOOL_ERR_INVALID, "event is NULL");
+  CK_CUDA(cudaEventDestroy(ev));
+  ck_assert_uint_eq(p.stats().buffers_in_use, 0);
+  p.destroy();
+  test_stream_destroy(s1);
+  test_stream_destroy(s2);
+}
+END_TEST
+
 /* ---- suite ----------------------------------------------------------------------------------- */
 
 static Suite *cpp_suite(void) {
@@ -781,6 +802,7 @@ static Suite *cpp_suite(void) {
   tc = test_tcase("scope_batch");
   tcase_add_test(tc, scope_raii);
   tcase_add_test(tc, batch_raii);
+  tcase_add_test(tc, pool_hand_off);
   suite_add_tcase(s, tc);
 
 #ifdef SPOOL_TEST_SIM

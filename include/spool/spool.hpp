@@ -534,9 +534,13 @@ class pool {
     return batch(pool_, sizes, stream, alignment, file, line);
   }
 
-  /* spool_record_stream and spool_free_after, for raw pointers (buffer: data()). */
+  /* spool_record_stream and spool_free_after, for raw pointers (buffer: data(); a buffer
+   * whose streams were recorded frees through the hand-off by itself). Throw spool::error. */
   void record_stream(void *ptr, cudaStream_t other) {
     detail::check(spool_record_stream(pool_, ptr, other));
+  }
+  void free_after(void *ptr, cudaStream_t stream, cudaEvent_t event) {
+    detail::check(spool_free_after(pool_, ptr, stream, event));
   }
 
   spool_stats stats() const {
