@@ -10,6 +10,8 @@
 
 #include "test_kernels.h"
 
+#include <pthread.h>
+
 /* ---- errors ------------------------------------------------------------------------------- */
 
 START_TEST(handoff_record_stream_errors) {
@@ -247,6 +249,72 @@ START_TEST(handoff_data_after_free) {
 }
 END_TEST
 
+/* ---- threads --------------------------------------------------------------------------------- */
+
+/* Threads on their own streams hand buffers off to one shared reader stream while they use
+ * scopes and batches: every call succeeds, nothing is lost, and (under ThreadSanitizer) the
+ * hand-off table, the hand-off stream's cache and the scopes are touched under their locks. */
+typedef struct handoff_job {
+  spool_pool *pool;
+  cudaStream_t reader;
+  int failures;
+  char first[256];
+} handoff_job;
+
+static void note(handoff_job *j, spool_status st) {
+  if (st == SPOOL_OK || j->failures++) return;
+  snprintf(j->first, sizeof j->first, "%s", spool_last_error());
+}
+
+static void *handoff_worker(void *arg) {
+  handoff_job *j = arg;
+  cudaStream_t s = NULL;
+  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
+    j->failures++;
+    return NULL;
+  }
+  size_t sizes[3] = {100, 2000, 30000};
+  for (int i = 0; i < 100; i++) {
+    void *a = NULL, *parts[3];
+    spool_scope *sc = NULL;
+    note(j, spool_alloc(j->pool, &a, 4096 + (size_t)i * 64, s));
+    note(j, spool_record_stream(j->pool, a, j->reader));
+    note(j, spool_scope_begin(j->pool, s, &sc));
+    void *piece = NULL;
+    note(j, spool_scope_alloc(sc, &piece, 1000));
+    note(j, spool_alloc_batch(j->pool, s, 3, sizes, parts, 0));
+    note(j, spool_free(j->pool, a, s)); /* through the hand-off */
+    note(j, spool_free(j->pool, parts[0], s));
+    note(j, spool_scope_end(sc));
+  }
+  note(j, spool_stream_release(j->pool, s));
+  if (cudaStreamSynchronize(s) != cudaSuccess || cudaStreamDestroy(s) != cudaSuccess)
+    j->failures++;
+  return NULL;
+}
+
+START_TEST(handoff_threads) {
+  spool_pool *p = test_pool_with(NULL);
+  cudaStream_t reader = test_stream_create();
+  enum { T = 4 };
+  handoff_job jobs[T];
+  pthread_t t[T];
+  for (int i = 0; i < T; i++) {
+    jobs[i] = (handoff_job){p, reader, 0, ""};
+    ck_assert_int_eq(pthread_create(&t[i], NULL, handoff_worker, &jobs[i]), 0);
+  }
+  for (int i = 0; i < T; i++) ck_assert_int_eq(pthread_join(t[i], NULL), 0);
+  for (int i = 0; i < T; i++)
+    ck_assert_msg(jobs[i].failures == 0, "thread %d: %d failures; first: %s", i,
+                  jobs[i].failures, jobs[i].first);
+  spool_stats st = test_stats(p);
+  ck_assert_uint_eq(st.buffers_in_use, 0);
+  ck_assert_uint_eq(st.allocs, st.frees);
+  test_pool_destroy(p);
+  test_stream_destroy(reader);
+}
+END_TEST
+
 /* ---- the race on the GPU --------------------------------------------------------------------- */
 
 #ifndef SPOOL_TEST_SIM
@@ -324,6 +392,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, handoff_stream_of_another_device);
 #endif
   tcase_add_test(tc, handoff_data_after_free);
+  tcase_add_test(tc, handoff_threads);
 #ifndef SPOOL_TEST_SIM
   tcase_add_test(tc, handoff_race_on_gpu);
 #endif
