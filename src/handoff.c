@@ -167,10 +167,9 @@ static spool_status make_stream(spool_pool *pool, spool__handoff *h, const char 
   return spool__device_leave(pool->device, saved, s, ctx);
 }
 
-/* The hand-off stream waits for ev as recorded on stream just now. */
-static spool_status record_and_wait(spool__handoff *h, cudaEvent_t ev, cudaStream_t stream,
-                                    const char *ctx) {
-  cudaError_t err = cudaEventRecord(ev, stream);
+/* The hand-off stream waits for ev, just recorded on stream (err: how the record went). */
+static spool_status wait_recorded(spool__handoff *h, cudaEvent_t ev, cudaStream_t stream,
+                                  cudaError_t err, const char *ctx) {
   if (err != cudaSuccess)
     return spool__fail_cuda(err, "cudaEventRecord", "%s: on stream %p (destroyed? a recorded "
                             "stream must live until the buffer's free); nothing was freed", ctx,
@@ -196,17 +195,27 @@ static spool_status wait_across(spool__handoff *h, cudaStream_t stream, int devi
   if (err != cudaSuccess)
     s = spool__fail_cuda(err, "cudaEventCreateWithFlags", "%s: an event on device %d for stream "
                          "%p; nothing was freed", ctx, device, (void *)stream);
-  if (s == SPOOL_OK) s = record_and_wait(h, ev, stream, ctx);
+  if (s == SPOOL_OK) s = wait_recorded(h, ev, stream, cudaEventRecord(ev, stream), ctx);
   if (ev && cudaEventDestroy(ev) != cudaSuccess) spool__clear_cuda_error();
   return spool__device_leave(device, saved, s, ctx);
 }
 
-/* Under h's lock: the hand-off stream waits for the work queued on stream so far. */
+/* After the pool's event was refused as a foreign handle: the device of stream when it is not
+ * the pool's (then the refusal was the device rule), else -1. */
+static int foreign_device(const spool_pool *pool, cudaStream_t stream) {
+  spool__clear_cuda_error();
+  int device = spool__stream_device(stream);
+  return device >= 0 && device != pool->device ? device : -1;
+}
+
+/* Under h's lock: the hand-off stream waits for the work queued on stream so far. The pool's
+ * event is tried first, so that a stream of the pool's device costs no device query. */
 static spool_status wait_for(spool_pool *pool, spool__handoff *h, cudaStream_t stream,
                              const char *ctx) {
-  int device = spool__stream_device(stream); /* -1: cannot tell; the pool's event is tried */
-  if (device >= 0 && device != pool->device) return wait_across(h, stream, device, ctx);
-  return record_and_wait(h, h->event, stream, ctx);
+  cudaError_t err = cudaEventRecord(h->event, stream);
+  int device = err == cudaErrorInvalidResourceHandle ? foreign_device(pool, stream) : -1;
+  if (device >= 0) return wait_across(h, stream, device, ctx);
+  return wait_recorded(h, h->event, stream, err, ctx);
 }
 
 static spool_status wait_all(spool_pool *pool, spool__handoff *h, const entry *e,
