@@ -233,23 +233,34 @@ void spool__totals_add(spool_pool *p, int64_t bytes, int64_t buffers) {
   if (buffers > 0) atomic_max(&p->peak_buffers, n + (uint64_t)buffers);
 }
 
-/* Under c's lock. Differences of unsigned counters wrap to the signed change. */
-static SPOOL__NOINLINE void publish(spool_pool *p, spool__scache *c) {
-  spool__totals_add(p, (int64_t)(c->c.bytes_in_use - c->pub_bytes),
-                    (int64_t)(c->c.buffers_in_use - c->pub_buffers));
+/* Puts c's share of the pool-wide totals at its in-use high since the last publication (exact:
+ * at its current in-use, for stats and peak resets), and its cached bytes. Under c's lock.
+ * Differences of unsigned counters wrap to the signed change. */
+static SPOOL__NOINLINE void publish(spool_pool *p, spool__scache *c, bool exact) {
+  uint64_t bytes = exact ? c->c.bytes_in_use : c->win_bytes;
+  uint64_t buffers = exact ? c->c.buffers_in_use : c->win_buffers;
+  spool__totals_add(p, (int64_t)(bytes - c->pub_bytes), (int64_t)(buffers - c->pub_buffers));
   uint64_t delta = c->c.bytes_cached - c->pub_cached;
   c->seen_cached =
       atomic_fetch_add_explicit(&p->total_cached, delta, memory_order_relaxed) + delta;
-  c->pub_bytes = c->c.bytes_in_use;
-  c->pub_buffers = c->c.buffers_in_use;
+  c->pub_bytes = bytes;
+  c->pub_buffers = buffers;
   c->pub_cached = c->c.bytes_cached;
+  c->win_bytes = c->c.bytes_in_use;
+  c->win_buffers = c->c.buffers_in_use;
   c->ops = 0;
 }
 
+/* A new in-use high above c's published share is published at once (so one stream's peak is
+ * exact); otherwise every PUBLISH_EVERY operations, at the high of that window: a stream whose
+ * sizes vary (a random mix) then publishes only on new highs, not on every larger-than-last
+ * allocation. */
 static inline void after_op(spool_pool *p, spool__scache *c) {
+  if (c->c.bytes_in_use > c->win_bytes) c->win_bytes = c->c.bytes_in_use;
+  if (c->c.buffers_in_use > c->win_buffers) c->win_buffers = c->c.buffers_in_use;
   if (c->c.bytes_in_use > c->pub_bytes || c->c.buffers_in_use > c->pub_buffers ||
       ++c->ops >= PUBLISH_EVERY)
-    publish(p, c);
+    publish(p, c, false);
 }
 
 /* Whether caching add more bytes in c would pass cache_limit, judged by the pool-wide total as
@@ -714,7 +725,7 @@ void spool__cache_sum(spool_pool *p, spool__cache_counters *cc) {
   pthread_mutex_lock(&p->lock);
   for (spool__scache *c = p->caches; c; c = c->next) {
     lock(c);
-    publish(p, c);
+    publish(p, c, true);
     const spool__cache_counters *k = &c->c;
     cc->bytes_in_use += k->bytes_in_use;
     cc->buffers_in_use += k->buffers_in_use;
@@ -773,7 +784,7 @@ static spool_status flush_on(spool_pool *p, spool__scache *c, cudaStream_t fs, c
     }
   }
   if (given) c->c.flushes++;
-  publish(p, c);
+  publish(p, c, false);
   unlock(c);
   return s;
 }

@@ -226,6 +226,7 @@ typedef struct spool__scache {
   uint64_t seq_next, seq_end; /* allocation numbers taken from the pool in batches */
   uint64_t pub_bytes, pub_buffers, pub_cached; /* what the pool's totals hold of this cache */
   uint64_t seen_cached;    /* the pool-wide cached total at the last publication */
+  uint64_t win_bytes, win_buffers; /* in-use highs since the last publication */
   uint32_t ops;            /* operations since the last publication */
   uint64_t tick;           /* blocks cached so far */
   cudaEvent_t fence;       /* recorded on the stream for other streams that want its blocks */
