@@ -62,3 +62,12 @@ spool_status spool__stream_capturing(cudaStream_t stream, bool *capturing, const
   *capturing = st != CU_STREAM_CAPTURE_STATUS_NONE;
   return SPOOL_OK;
 }
+
+bool spool__capturing_quiet(cudaStream_t stream, bool if_unknown) {
+  char message[SPOOL__MESSAGE];
+  spool__save_error(message); /* the caller's last error is not about this question */
+  bool capturing = if_unknown;
+  if (spool__stream_capturing(stream, &capturing, "spool") != SPOOL_OK) capturing = if_unknown;
+  spool__restore_error(message);
+  return capturing;
+}

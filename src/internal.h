@@ -377,6 +377,9 @@ bool spool__barrier_all(void);
  * cudaStreamIsCapturing. SPOOL_OK with *capturing set, or SPOOL_ERR_CUDA for a stream CUDA does
  * not know (destroyed?), with the message naming ctx and the stream. */
 spool_status spool__stream_capturing(cudaStream_t stream, bool *capturing, const char *ctx);
+/* The same for paths that need only a yes or no: if_unknown when CUDA cannot tell; this
+ * thread's last error is left as it was. */
+bool spool__capturing_quiet(cudaStream_t stream, bool if_unknown);
 
 /* ---- alloc.c, for cache.c ------------------------------------------------------------------ */
 

@@ -18,21 +18,11 @@
 
 static const char ALLOC[] = "spool_alloc";
 
-/* A device synchronize is illegal while the stream is being captured into a graph. */
-static bool capturing(cudaStream_t stream) {
-  enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
-    spool__clear_cuda_error();
-    return true; /* cannot tell: do not risk invalidating a capture */
-  }
-  return status != cudaStreamCaptureStatusNone;
-}
-
 /* Trims every pool on the device, this one first. Failures are not fatal: the retry decides. */
 static void give_back(spool_pool *p, cudaStream_t stream, bool synchronize) {
   /* Under capture every step here is illegal or breaks it: a device synchronize, the caches'
    * flush (which synchronizes) and cudaMemPoolTrimTo (prohibited in global mode). */
-  if (capturing(stream)) return;
+  if (spool__capturing_quiet(stream, true)) return;
   char message[SPOOL__MESSAGE];
   spool__save_error(message); /* what fails here is not the allocation's failure */
   if (synchronize) {
