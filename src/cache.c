@@ -470,7 +470,7 @@ static spool_status miss(spool_pool *p, spool__scache *c, void **ptr, size_t siz
  * whose device never changes, and every time for the handles that mean "the current device's
  * stream". */
 static inline spool_status device_ok(spool_pool *p, spool__scache *c, cudaStream_t stream) {
-  bool special = stream == NULL || stream == cudaStreamLegacy || stream == cudaStreamPerThread;
+  bool special = spool__current_device_stream(stream);
   if (!special && atomic_load_explicit(&c->device_checked, memory_order_relaxed)) return SPOOL_OK;
   spool_status s = spool__stream_device_check(p, stream, ALLOC);
   if (s == SPOOL_OK && !special) atomic_store_explicit(&c->device_checked, true,

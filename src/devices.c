@@ -9,17 +9,12 @@
 
 #include <stdio.h>
 
-/* 0, cudaStreamLegacy and cudaStreamPerThread mean "the current device's" stream. */
-static bool special_stream(cudaStream_t stream) {
-  return stream == NULL || stream == cudaStreamLegacy || stream == cudaStreamPerThread;
-}
-
 spool_status spool__stream_device_check(const spool_pool *pool, cudaStream_t stream,
                                         const char *context) {
 #if CUDART_VERSION >= 12080
   int device = -1;
   cudaError_t err =
-      special_stream(stream) ? cudaGetDevice(&device) : cudaStreamGetDevice(stream, &device);
+      spool__current_device_stream(stream) ? cudaGetDevice(&device) : cudaStreamGetDevice(stream, &device);
   if (err != cudaSuccess) { /* cannot tell: the allocation itself judges the stream */
     spool__clear_cuda_error();
     return SPOOL_OK;

@@ -409,6 +409,12 @@ void *spool__zalloc_aligned(size_t size);
 spool_status spool__stream_device_check(const spool_pool *pool, cudaStream_t stream,
                                         const char *context);
 
+/* 0, cudaStreamLegacy and cudaStreamPerThread: handles that mean "the current device's" stream,
+ * whose device is the calling thread's current one. */
+static inline bool spool__current_device_stream(cudaStream_t stream) {
+  return stream == NULL || stream == cudaStreamLegacy || stream == cudaStreamPerThread;
+}
+
 /* devices.c: the report's lines on access (peer.c) and IPC (ipc.c); they never fail the report
  * and leave this thread's last error as it was. */
 void spool__report_multi(spool_pool *pool, FILE *out);
