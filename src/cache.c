@@ -336,6 +336,14 @@ static inline uintptr_t pop(spool__scache *c, unsigned cls) {
   return 0;
 }
 
+/* Under c's lock: the cached block b becomes the caller's buffer. */
+static inline void take_hit(spool_pool *p, spool__scache *c, spool__buffer *b, size_t size,
+                            cudaStream_t stream, const spool__site *site) {
+  c->c.hits++;
+  c->c.bytes_cached -= b->bytes;
+  make_live(p, c, b, size, stream, site);
+}
+
 /* A hit with poisoning: the memset runs without the lock, the block out of its bin meanwhile. */
 static spool_status hit_poisoned(spool_pool *p, spool__scache *c, uintptr_t u, size_t size,
                                  cudaStream_t stream, const spool__site *site) {
@@ -343,9 +351,7 @@ static spool_status hit_poisoned(spool_pool *p, spool__scache *c, uintptr_t u, s
   lock(c);
   spool__buffer *b = spool__table_lookup(&c->blocks, u);
   if (s == SPOOL_OK) {
-    c->c.hits++;
-    c->c.bytes_cached -= b->bytes;
-    make_live(p, c, b, size, stream, site);
+    take_hit(p, c, b, size, stream, site);
   } else if (!bin_push(&c->bins[b->cls], u)) {
     /* Another thread filled the bin meanwhile and there is no host memory to grow it. */
     spool__buffer gone;
@@ -469,7 +475,7 @@ static spool_status miss(spool_pool *p, spool__scache *c, void **ptr, size_t siz
  * whose device never changes, and every time for the handles that mean "the current device's
  * stream". */
 static inline spool_status device_ok(spool_pool *p, spool__scache *c, cudaStream_t stream) {
-  bool special = stream == NULL || stream == cudaStreamLegacy || stream == cudaStreamPerThread;
+  bool special = spool__current_device_stream(stream);
   if (!special && atomic_load_explicit(&c->device_checked, memory_order_relaxed)) return SPOOL_OK;
   spool_status s = spool__stream_device_check(p, stream, ALLOC);
   if (s == SPOOL_OK && !special) atomic_store_explicit(&c->device_checked, true,
@@ -493,12 +499,7 @@ bool spool__cache_alloc(spool_pool *p, void **ptr, size_t size, cudaStream_t str
   unsigned cls = class_of(size);
   held h = enter(c);
   uintptr_t u = pop(c, cls);
-  if (u && !p->cfg.poison) {
-    spool__buffer *b = spool__table_lookup(&c->blocks, u);
-    c->c.hits++;
-    c->c.bytes_cached -= b->bytes;
-    make_live(p, c, b, size, stream, site);
-  }
+  if (u && !p->cfg.poison) take_hit(p, c, spool__table_lookup(&c->blocks, u), size, stream, site);
   leave(c, h);
   if (u && p->cfg.poison) *s = hit_poisoned(p, c, u, size, stream, site);
   else if (!u) *s = miss(p, c, ptr, size, stream, site);
@@ -601,13 +602,19 @@ static spool_status free_capturing(const spool_pool *p, cudaStream_t stream, boo
   return spool__stream_capturing(stream, capturing, FREE);
 }
 
+/* The freeing stream's cache, and whether that stream is being captured. */
+static inline spool_status freeing_cache(spool_pool *p, cudaStream_t stream, spool__scache **c,
+                                         bool *capturing) {
+  spool_status s = cache_of(p, stream, c, FREE);
+  return s == SPOOL_OK ? free_capturing(p, stream, capturing) : s;
+}
+
 spool__free_result spool__cache_free(spool_pool *p, void *ptr, cudaStream_t stream,
                                      const spool__site *site, spool_status *s,
                                      spool__buffer *dead) {
   spool__scache *c;
   bool capturing;
-  *s = cache_of(p, stream, &c, FREE);
-  if (*s == SPOOL_OK) *s = free_capturing(p, stream, &capturing);
+  *s = freeing_cache(p, stream, &c, &capturing);
   if (*s != SPOOL_OK) return SPOOL__FREE_DONE;
   held h = enter(c);
   spool__buffer *b = spool__table_lookup(&c->blocks, (uintptr_t)ptr);
@@ -651,8 +658,7 @@ spool__free_result spool__cache_free_moved(spool_pool *p, void *ptr, cudaStream_
                                            spool__buffer *dead) {
   spool__scache *c;
   bool capturing;
-  *s = cache_of(p, stream, &c, FREE);
-  if (*s == SPOOL_OK) *s = free_capturing(p, stream, &capturing);
+  *s = freeing_cache(p, stream, &c, &capturing);
   if (*s != SPOOL_OK) return SPOOL__FREE_DONE;
   spool__buffer b;
   pthread_mutex_lock(&p->lock);

@@ -76,3 +76,12 @@ void spool__relaxed_leave(bool entered, enum cudaStreamCaptureMode old) {
   if (entered && cudaThreadExchangeStreamCaptureMode(&old) != cudaSuccess)
     spool__clear_cuda_error();
 }
+
+bool spool__capturing_quiet(cudaStream_t stream, bool if_unknown) {
+  char message[SPOOL__MESSAGE];
+  spool__save_error(message); /* the caller's last error is not about this question */
+  bool capturing = if_unknown;
+  if (spool__stream_capturing(stream, &capturing, "spool") != SPOOL_OK) capturing = if_unknown;
+  spool__restore_error(message);
+  return capturing;
+}

@@ -9,16 +9,12 @@
 
 #include <stdio.h>
 
-/* 0, cudaStreamLegacy and cudaStreamPerThread mean "the current device's" stream. */
-static bool special_stream(cudaStream_t stream) {
-  return stream == NULL || stream == cudaStreamLegacy || stream == cudaStreamPerThread;
-}
-
 int spool__stream_device(cudaStream_t stream) {
 #if CUDART_VERSION >= 12080
   int device = -1;
   cudaError_t err =
-      special_stream(stream) ? cudaGetDevice(&device) : cudaStreamGetDevice(stream, &device);
+      spool__current_device_stream(stream) ? cudaGetDevice(&device)
+                                           : cudaStreamGetDevice(stream, &device);
   if (err == cudaSuccess) return device;
   spool__clear_cuda_error();
 #else

@@ -385,6 +385,9 @@ bool spool__barrier_all(void);
  * cudaStreamIsCapturing. SPOOL_OK with *capturing set, or SPOOL_ERR_CUDA for a stream CUDA does
  * not know (destroyed?), with the message naming ctx and the stream. */
 spool_status spool__stream_capturing(cudaStream_t stream, bool *capturing, const char *ctx);
+/* The same for paths that need only a yes or no: if_unknown when CUDA cannot tell; this
+ * thread's last error is left as it was. */
+bool spool__capturing_quiet(cudaStream_t stream, bool if_unknown);
 
 /* issue 5: pool attribute reads and writes and trims are "potentially unsafe" calls: made while
  * another thread captures in global mode, from a thread in global mode (the default), they
@@ -425,6 +428,12 @@ spool_status spool__stream_device_check(const spool_pool *pool, cudaStream_t str
 /* devices.c: the device of stream, as above; -1 where the runtime cannot tell. Not during a
  * capture of stream (cudaStreamGetDevice would break it). */
 int spool__stream_device(cudaStream_t stream);
+
+/* 0, cudaStreamLegacy and cudaStreamPerThread: handles that mean "the current device's" stream,
+ * whose device is the calling thread's current one. */
+static inline bool spool__current_device_stream(cudaStream_t stream) {
+  return stream == NULL || stream == cudaStreamLegacy || stream == cudaStreamPerThread;
+}
 
 /* devices.c: the report's lines on access (peer.c) and IPC (ipc.c); they never fail the report
  * and leave this thread's last error as it was. */

@@ -94,22 +94,13 @@ enum cudaMemAllocationHandleType spool__ipc_handle_types(const spool_config *cfg
                                         : cudaMemHandleTypeNone;
 }
 
-static bool capturing(cudaStream_t stream) {
-  enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
-    spool__clear_cuda_error(); /* cannot tell: the allocation itself judges the stream */
-    return false;
-  }
-  return status != cudaStreamCaptureStatusNone;
-}
-
 spool_status spool__ipc_alloc_check(const spool_pool *pool, cudaStream_t stream) {
   if (pool->imported)
     return spool__fail(SPOOL_ERR_UNSUPPORTED,
                        "spool_alloc: pool %p was imported from another process; CUDA allows no "
                        "allocations from an imported pool: allocate in the exporting process and "
                        "share the buffer (spool_export_pointer)", (const void *)pool);
-  if (pool->cfg.ipc == SPOOL_IPC_NONE || !capturing(stream)) return SPOOL_OK;
+  if (pool->cfg.ipc == SPOOL_IPC_NONE || !spool__capturing_quiet(stream, false)) return SPOOL_OK;
   return spool__fail(SPOOL_ERR_UNSUPPORTED,
                      "spool_alloc: stream %p is being captured into a graph, where an allocation "
                      "becomes a graph allocation that CUDA cannot share, and this pool (device "

@@ -18,21 +18,9 @@
 
 static const char ALLOC[] = "spool_alloc";
 
-/* A device synchronize is illegal while the stream is being captured into a graph. */
-static bool capturing(cudaStream_t stream) {
-  enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
-    spool__clear_cuda_error();
-    return true; /* cannot tell: do not risk invalidating a capture */
-  }
-  return status != cudaStreamCaptureStatusNone;
-}
-
 /* Trims every pool on the device, this one first. Failures are not fatal: the retry decides. */
-static void give_back(spool_pool *p, cudaStream_t stream, bool synchronize) {
-  /* Under capture every step here is illegal or breaks it: a device synchronize, the caches'
-   * flush (which synchronizes) and cudaMemPoolTrimTo (prohibited in global mode). */
-  if (capturing(stream)) return;
+static void give_back(spool_pool *p, bool synchronize) {
+  /* Never under capture: the caller asks once (spool__alloc_after_oom). */
   char message[SPOOL__MESSAGE];
   spool__save_error(message); /* what fails here is not the allocation's failure */
   if (synchronize) {
@@ -129,9 +117,9 @@ spool_status spool__alloc_after_oom(spool_pool *pool, void **out, size_t size,
   /* issue 5: during a capture nothing is given back: flushing the caches synchronizes the
    * device, and trims are pool calls that a global-mode capture prohibits (both would
    * invalidate it). The retries and the handler remain. */
-  bool in_capture = capturing(stream);
+  bool in_capture = spool__capturing_quiet(stream, true); /* unknown: as if captured */
   for (unsigned i = 0; i < pool->cfg.oom_retries && s == SPOOL_ERR_OOM; i++) {
-    if (!in_capture) give_back(pool, stream, i > 0);
+    if (!in_capture) give_back(pool, i > 0);
     s = try_again(pool, out, size, stream, &tries);
   }
   if (s == SPOOL_ERR_OOM) s = ask_handler(pool, out, size, stream, &tries);
