@@ -91,6 +91,36 @@ START_TEST(scope_chunks_grow) {
 }
 END_TEST
 
+/* Reserved memory stays bounded: a thousand scopes of the same shape reserve what the first one
+ * did (their chunks come back from the stream's cache); a cache_limit smaller than a scope's
+ * chunks sends the rest back to the pool at the end; spool_trim gives everything back. */
+START_TEST(scope_memory_bounded_and_returned) {
+  spool_pool *p = test_pool_with("cache_limit=2MiB");
+  cudaStream_t s = test_stream_create();
+  size_t first_reserved = 0;
+  for (int round = 0; round < 1000; round++) {
+    spool_scope *sc = begin(p, s);
+    for (int i = 0; i < 12; i++) (void)piece(sc, (size_t)(i + 1) * 40 * KiB); /* 3.05 MiB */
+    ck_assert_uint_eq(test_stats(p).buffers_in_use, 3);                     /* 1, 2, 4 MiB */
+    CK_SPOOL(spool_scope_end(sc));
+    spool_stats st = test_stats(p);
+    ck_assert_uint_eq(st.buffers_in_use, 0);
+    ck_assert_uint_le(st.bytes_cached, 2 * MiB); /* the limit: the 4 MiB chunk went back */
+    if (round == 0) first_reserved = st.bytes_reserved;
+    ck_assert_uint_le(st.bytes_reserved_peak, first_reserved + 4 * MiB);
+  }
+  CK_CUDA(cudaStreamSynchronize(s));
+  CK_SPOOL(spool_trim(p, 0));
+  CK_CUDA(cudaStreamSynchronize(s));
+  CK_SPOOL(spool_trim(p, 0)); /* the flushed chunks' frees are done now */
+  spool_stats st = test_stats(p);
+  ck_assert_uint_eq(st.bytes_cached, 0);
+  ck_assert_uint_eq(st.bytes_reserved, 0);
+  test_pool_destroy(p);
+  test_stream_destroy(s);
+}
+END_TEST
+
 /* ---- nesting and misuse ------------------------------------------------------------------- */
 
 START_TEST(scope_nesting_child_ends_first) {
@@ -348,6 +378,7 @@ static Suite *suite(void) {
   TCase *tc = test_tcase("scope");
   tcase_add_test(tc, scope_many_small_pieces_one_chunk);
   tcase_add_test(tc, scope_chunks_grow);
+  tcase_add_test(tc, scope_memory_bounded_and_returned);
   tcase_add_test(tc, scope_nesting_child_ends_first);
   tcase_add_test(tc, scope_other_stream_not_a_child);
   tcase_add_test(tc, scope_ended_twice);
