@@ -592,13 +592,14 @@ static inline spool_status free_live(spool_pool *p, spool__scache *c, spool__buf
   return free_live_slow(p, c, b, stream, site, capturing, h, pool_locked);
 }
 
-/* Capture state of the freeing stream. Asked only with track=full: a correct program never
- * frees inside a capture what the capture did not allocate (CUDA refuses it), so the default
- * spends its one capture check per pair on the allocation, where a wrong answer would bake a
- * reused pointer into a graph; track=full also catches the misuse at the free. */
+/* Capture state of the freeing stream (capture_check=on). Every block a cache holds was
+ * allocated outside any capture (captures bypass the caches), so a cached buffer freed inside
+ * one must be refused: taken into the bin, it would be handed out again before the graph ever
+ * ran, and each replay would write into its next owner's data. That costs a second driver call
+ * per pair; capture_check=off drops both. */
 static spool_status free_capturing(const spool_pool *p, cudaStream_t stream, bool *capturing) {
   *capturing = false;
-  if (!p->cfg.capture_check || p->cfg.track != SPOOL_TRACK_FULL) return SPOOL_OK;
+  if (!p->cfg.capture_check) return SPOOL_OK;
   return spool__stream_capturing(stream, capturing, FREE);
 }
 

@@ -251,10 +251,10 @@ START_TEST(cache_bypassed_under_capture) {
 }
 END_TEST
 
-/* A buffer the cache served, freed inside a capture (track=full asks at the free): refused, the
- * capture intact, and the buffer still the caller's to free after it. */
+/* A buffer the cache served, freed inside a capture (the default asks at the free too): refused,
+ * the capture intact, and the buffer still the caller's to free after it. */
 START_TEST(cache_free_under_capture_refused) {
-  spool_pool *p = pool_with("track=full");
+  spool_pool *p = pool_with(NULL);
   cudaStream_t s = test_stream_create();
   void *a = alloc_on(p, 64 * KiB, s);
   cudaGraph_t graph = NULL;
@@ -450,10 +450,10 @@ START_TEST(cache_poison_failures_lose_nothing) {
 }
 END_TEST
 
-/* A stream destroyed before spool_stream_release: the capture check at the next allocation on it
- * finds out, and with track=full the one at a free. */
+/* A stream destroyed before spool_stream_release: the capture checks at the next allocation and
+ * the next free on it find out. */
 START_TEST(cache_destroyed_stream_is_named) {
-  spool_pool *p = pool_with("track=full");
+  spool_pool *p = pool_with(NULL);
   cudaStream_t s = test_stream_create();
   void *a = alloc_on(p, MiB, s), *b = TEST_SENTINEL;
   test_stream_destroy(s);

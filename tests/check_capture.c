@@ -165,7 +165,7 @@ END_TEST
 /* ---- freeing outside memory inside a capture ----------------------------------------------- */
 
 /* cfg and size pick the path the buffer took: the pool's table (cache=off, or past
- * cache_max_block) or a stream cache (checked with track=full). The free is refused, the
+ * cache_max_block) or a stream cache. The free is refused, the
  * capture completes, the graph launches, and the buffer is freed after the capture. */
 static void outside_free_refused(const char *cfg, size_t size, enum cudaStreamCaptureMode mode) {
   spool_pool *p = test_pool_with(cfg);
@@ -207,8 +207,11 @@ START_TEST(capture_outside_free_large) {
 }
 END_TEST
 
-START_TEST(capture_outside_free_cached_track_full) {
+START_TEST(capture_outside_free_cached) {
+  outside_free_refused(NULL, 4 * KiB, cudaStreamCaptureModeGlobal);
+  outside_free_refused(NULL, 4 * KiB, cudaStreamCaptureModeRelaxed);
   outside_free_refused("track=full", 4 * KiB, cudaStreamCaptureModeGlobal);
+  outside_free_refused("track=off", 4 * KiB, cudaStreamCaptureModeGlobal);
 }
 END_TEST
 
@@ -380,7 +383,7 @@ static Suite *suite(void) {
   tcase_add_checked_fixture(tc, NULL, end_open_capture);
   tcase_add_test(tc, capture_outside_free_uncached);
   tcase_add_test(tc, capture_outside_free_large);
-  tcase_add_test(tc, capture_outside_free_cached_track_full);
+  tcase_add_test(tc, capture_outside_free_cached);
   tcase_add_test(tc, capture_outside_batch_free);
   tcase_add_test(tc, capture_outside_free_other_stream);
   tcase_add_test(tc, capture_other_thread_pool_calls);

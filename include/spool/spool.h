@@ -163,11 +163,13 @@ typedef struct spool_config {
   uint64_t cache_max_block;         /* larger allocations skip the caches. At most
                                        SPOOL_CACHE_MAX_BLOCK_LIMIT. Default
                                        SPOOL_CACHE_MAX_BLOCK_DEFAULT. */
-  bool capture_check;               /* ask the driver (about 25 ns) whether the stream is being
-                                       captured into a graph before using its cache, and bypass
-                                       the cache if so: a reused pointer would be baked into the
-                                       graph. Default on; off only for code that never
-                                       captures. */
+  bool capture_check;               /* ask the driver (about 15 ns on an H200) whether the
+                                       stream is being captured into a graph before using its
+                                       cache, at the allocation (bypass the cache if so: a
+                                       reused pointer would be baked into the graph) and at the
+                                       free (refuse a cached buffer: the cache would hand it out
+                                       before the graph ran). Default on; off only for code that
+                                       never captures. */
   bool cache_owner;                 /* a stream's cache used by one thread belongs to it: that
                                        thread takes no lock on a hit or a free (another thread
                                        takes the cache back with a process-wide barrier, Linux
