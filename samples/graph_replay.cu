@@ -87,9 +87,8 @@ struct App {
   cudaGraphExec_t exec = nullptr;
 };
 
-// Memory from before the capture, freed inside it: refused, capture intact. (A pool with
-// track=counts checks this for every buffer but those the freeing stream's own cache served;
-// track=off for none.)
+// Memory from before the capture, freed inside it: refused, capture intact (for every buffer,
+// cached or not, unless capture_check=off).
 static bool show_outside_free(App &app) {
   void *before = nullptr;
   SPOOL_CHECK(spool_alloc(app.pool, &before, 4096, app.s));
@@ -109,11 +108,8 @@ static bool show_outside_free(App &app) {
 static bool run(App &app) {
   const Options &o = app.o;
   const size_t n = o.elements;
-  // track=full: spool also asks, at the free of a buffer its stream cache served, whether the
-  // stream is being captured (buffers of the pool's own table are checked at every level).
-  spool_config cfg;
+  spool_config cfg; // the defaults, SPOOL_CONF on top
   spool_config_init(&cfg);
-  SPOOL_CHECK(spool_config_parse(&cfg, "track=full"));
   SPOOL_CHECK(spool_config_from_env(&cfg));
   SPOOL_CHECK(spool_pool_create(&app.pool, &cfg));
   CUDA_CHECK(cudaSetDevice(spool_pool_device(app.pool)));
