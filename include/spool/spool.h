@@ -321,10 +321,9 @@ SPOOL_EXPORT spool_status spool_alloc_tagged(spool_pool *pool, void **ptr, size_
  * overwritten with 0xDD on stream.
  * During a stream capture only memory allocated in that capture (a graph allocation) may be
  * freed; a buffer allocated outside it is refused with SPOOL_ERR_INVALID, nothing freed and the
- * capture intact (free it after cudaStreamEndCapture): always for buffers of the pool's table
- * (cache=off, larger than cache_max_block, allocated under capture) and for buffers another
- * stream's cache served; for buffers the freeing stream's own cache served only with
- * track=full (the cached free skips the capture question otherwise).
+ * capture intact (free it after cudaStreamEndCapture), for every buffer, cached or not. With
+ * capture_check=off spool does not ask: a cached buffer goes back to its cache and the
+ * driver judges the others (it refuses them and invalidates the capture).
  * A buffer with streams recorded by spool_record_stream is freed as spool_free_after says.
  * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool NULL; see capture above); with track=counts or full,
  * for a ptr that is not a live buffer of this pool (nothing reaches the driver, the message names
