@@ -47,7 +47,7 @@ static struct {
 
 static _Thread_local char last_error[MESSAGE];
 
-/* ---- messages ---------------------------------------------------------------------------------- */
+/* ---- messages -------------------------------------------------------------------------------- */
 
 static spool_status failf(spool_status s, const char *fmt, ...) SPOOL__PRINTF(2, 3);
 static spool_status failf(spool_status s, const char *fmt, ...) {
@@ -77,7 +77,7 @@ const char *spool_torch_last_error(void) { return last_error; }
 
 const char *spool_torch_version(void) { return spool_version_string(); }
 
-/* ---- devices ---------------------------------------------------------------------------------- */
+/* ---- devices --------------------------------------------------------------------------------- */
 
 static spool_status check_device(int device, const char *ctx) {
   if (device >= 0 && device < SPOOL_TORCH_MAX_DEVICES) return SPOOL_OK;
@@ -110,7 +110,7 @@ static spool_status leave_device(int device, int saved, spool_status s, const ch
                cudaGetErrorName(err));
 }
 
-/* ---- config and pools ------------------------------------------------------------------------- */
+/* ---- config and pools ------------------------------------------------------------------------ */
 
 /* Defaults, SPOOL_CONF, then text; into *cfg only when all of it is valid. */
 static spool_status read_config(spool_config *cfg, const char *text) {
@@ -168,7 +168,7 @@ static spool_status pool_for(int device, spool_pool **out) {
   return s;
 }
 
-/* ---- allocation ------------------------------------------------------------------------------- */
+/* ---- allocation ------------------------------------------------------------------------------ */
 
 /* Counts size against the device's memory-fraction limit, if one is set; on failure nothing is
  * counted. Counting first and undoing on failure keeps concurrent allocations from passing the
@@ -247,7 +247,7 @@ void spool_torch_free(void *ptr, size_t size, int device, cudaStream_t stream) {
   fprintf(stderr, "spool_torch: %s\n", last_error);
 }
 
-/* ---- the hooks -------------------------------------------------------------------------------- */
+/* ---- the hooks ------------------------------------------------------------------------------- */
 
 void spool_torch_record_stream(void *ptr, cudaStream_t stream) {
   if (!ptr) return;
@@ -322,7 +322,7 @@ void spool_torch_set_memory_fraction(double fraction, int device) {
   if (s != SPOOL_OK) THROW_STATUS(s);
 }
 
-/* ---- statistics ------------------------------------------------------------------------------- */
+/* ---- statistics ------------------------------------------------------------------------------ */
 
 /* Replaces the closing brace of spool's JSON in buf with the plug-in's keys. */
 static spool_status append_plugin_keys(int device, char *buf, size_t len) {
@@ -356,7 +356,7 @@ int spool_torch_stats_json(int device, char *buf, size_t len) {
   return (int)append_plugin_keys(device, buf, len);
 }
 
-/* ---- tests ------------------------------------------------------------------------------------ */
+/* ---- tests ----------------------------------------------------------------------------------- */
 
 int spool__torch_forget(void) {
   pthread_mutex_lock(&g.lock);

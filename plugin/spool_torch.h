@@ -39,7 +39,7 @@ extern "C" {
 /* Devices the plug-in serves: ordinals 0 to SPOOL_TORCH_MAX_DEVICES - 1. */
 #define SPOOL_TORCH_MAX_DEVICES 64
 
-/* ---- what PyTorch calls (CUDAPluggableAllocator and its hooks) -------------------------------- */
+/* ---- what PyTorch calls (CUDAPluggableAllocator and its hooks) ------------------------------- */
 
 /* The allocation function: size bytes on device, in stream order on stream (the current stream
  * PyTorch passes). Makes the device's pool at its first call. size 0 returns NULL and allocates
@@ -83,7 +83,7 @@ SPOOL_TORCH_API void spool_torch_init(int device_count);
  * device out of range, or a failing cudaMemGetInfo. Thread safe. */
 SPOOL_TORCH_API void spool_torch_set_memory_fraction(double fraction, int device);
 
-/* ---- what python/spool_torch.py calls (ctypes) ------------------------------------------------ */
+/* ---- what python/spool_torch.py calls (ctypes) ----------------------------------------------- */
 
 /* Sets the config of the pools to come: spool's defaults, then SPOOL_CONF, then text on top
  * (NULL or "": nothing on top), checked with spool_config_validate. Returns SPOOL_OK;

@@ -63,7 +63,7 @@ static void torch_end(void) {
   ck_assert_msg(strstr(spool_torch_last_error(), (word)) != NULL,                             \
                 "spool_torch_last_error \"%s\" lacks \"%s\"", spool_torch_last_error(), (word))
 
-/* ---- helpers ---------------------------------------------------------------------------------- */
+/* ---- helpers --------------------------------------------------------------------------------- */
 
 /* The plug-in's JSON for device, which must be there. */
 static const char *stats_of(int device) {
@@ -103,7 +103,7 @@ static int pointer_device(const void *p) {
   return a.device;
 }
 
-/* ---- allocation ------------------------------------------------------------------------------- */
+/* ---- allocation ------------------------------------------------------------------------------ */
 
 START_TEST(alloc_free_counts) {
   cudaStream_t s = test_stream_create();
@@ -234,7 +234,7 @@ START_TEST(free_failure_counted_not_thrown) {
 }
 END_TEST
 
-/* ---- out of memory ---------------------------------------------------------------------------- */
+/* ---- out of memory --------------------------------------------------------------------------- */
 
 /* spool's own out-of-memory message, as c10::OutOfMemoryError would carry it. */
 START_TEST(oom_throws_spool_message) {
@@ -308,7 +308,7 @@ START_TEST(memory_fraction_arguments) {
 }
 END_TEST
 
-/* ---- record_stream ---------------------------------------------------------------------------- */
+/* ---- record_stream --------------------------------------------------------------------------- */
 
 /* A buffer recorded on another stream is not reused until that stream's work is done; without
  * the record, the freeing stream's cache hands it out again at once. */
@@ -365,7 +365,7 @@ START_TEST(record_stream_needs_tracking) {
 }
 END_TEST
 
-/* ---- empty_cache ------------------------------------------------------------------------------ */
+/* ---- empty_cache ----------------------------------------------------------------------------- */
 
 START_TEST(empty_cache_gives_memory_back) {
   cudaStream_t s = test_stream_create();
@@ -429,7 +429,7 @@ START_TEST(empty_cache_failure_throws) {
 END_TEST
 #endif
 
-/* ---- config ----------------------------------------------------------------------------------- */
+/* ---- config ---------------------------------------------------------------------------------- */
 
 START_TEST(configure_errors) {
   ck_assert_int_eq(spool_torch_configure("bogus=1"), SPOOL_ERR_CONFIG);
@@ -486,7 +486,7 @@ START_TEST(config_device_ignored) {
 }
 END_TEST
 
-/* ---- statistics JSON -------------------------------------------------------------------------- */
+/* ---- statistics JSON ------------------------------------------------------------------------- */
 
 START_TEST(stats_json_arguments) {
   char buf[4096];
@@ -513,7 +513,7 @@ START_TEST(stats_json_arguments) {
 }
 END_TEST
 
-/* ---- the suite -------------------------------------------------------------------------------- */
+/* ---- the suite ------------------------------------------------------------------------------- */
 
 static TCase *torch_tcase(const char *name) {
   TCase *tc = test_tcase(name);
