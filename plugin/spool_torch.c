@@ -35,11 +35,11 @@ typedef struct device_slot {
 } device_slot;
 
 static struct {
-  pthread_mutex_t lock; /* making pools, and the config */
+  pthread_mutex_t lock;     /* making pools, and the config */
   spool_config cfg;
   bool configured;
-  bool any_pool;        /* once true, the config is fixed */
-  atomic_int device_count; /* from the init hook, for messages; 0 until then */
+  bool any_pool;            /* once true, the config is fixed */
+  atomic_int device_count;  /* from the init hook, for messages; 0 until then */
   atomic_uint_least64_t free_failures;
   _Atomic(spool__torch_throw_fn) thrower; /* NULL: spool__torch_throw */
   device_slot dev[SPOOL_TORCH_MAX_DEVICES];
@@ -93,7 +93,7 @@ static spool_status enter_device(int device, int *saved, const char *ctx) {
   cudaError_t err = cudaGetDevice(saved);
   if (err == cudaSuccess && *saved != device) err = cudaSetDevice(device);
   if (err == cudaSuccess) return SPOOL_OK;
-  (void)cudaGetLastError(); /* reported here: the caller's next check must not see it */
+  spool__clear_cuda_error(); /* reported here: the caller's next check must not see it */
   return failf(SPOOL_ERR_CUDA, "%s: making device %d current failed: %s", ctx, device,
                cudaGetErrorName(err));
 }
@@ -104,7 +104,7 @@ static spool_status leave_device(int device, int saved, spool_status s, const ch
   if (saved == device) return s;
   cudaError_t err = cudaSetDevice(saved);
   if (err == cudaSuccess) return s;
-  (void)cudaGetLastError();
+  spool__clear_cuda_error();
   if (s != SPOOL_OK) return s;
   return failf(SPOOL_ERR_CUDA, "%s: restoring device %d failed: %s", ctx, saved,
                cudaGetErrorName(err));
@@ -267,7 +267,7 @@ static spool_status empty_one(int device, spool_pool *pool) {
   if (s != SPOOL_OK) return s;
   cudaError_t err = cudaDeviceSynchronize();
   if (err != cudaSuccess) {
-    (void)cudaGetLastError();
+    spool__clear_cuda_error();
     s = failf(SPOOL_ERR_CUDA, "%s: cudaDeviceSynchronize on device %d failed: %s", ctx, device,
               cudaGetErrorName(err));
   }
@@ -304,7 +304,7 @@ static spool_status set_fraction(double fraction, int device) {
   size_t free_b = 0, total_b = 0;
   cudaError_t err = cudaMemGetInfo(&free_b, &total_b);
   if (err != cudaSuccess) {
-    (void)cudaGetLastError();
+    spool__clear_cuda_error();
     s = failf(SPOOL_ERR_CUDA, "%s: cudaMemGetInfo on device %d failed: %s", ctx, device,
               cudaGetErrorName(err));
   }
