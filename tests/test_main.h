@@ -176,6 +176,37 @@ static inline size_t test_rand_size(uint64_t *state, size_t max) {
   return s;
 }
 
+/* ---- several devices (check_multi, check_ipc, check_torch) ------------------------------ */
+
+/* True when the test can have n devices: cudasim gets them; a GPU machine with fewer makes the
+ * test print why it does nothing and pass. */
+static inline bool test_need_devices(int n, const char *test) {
+#ifdef SPOOL_TEST_SIM
+  (void)test;
+  cudasim_set_device_count(n);
+  return true;
+#else
+  int have = test_device_count();
+  if (have >= n) return true;
+  printf("skipped %s: needs %d devices, %d visible\n", test, n, have);
+  return false;
+#endif
+}
+#define NEED_DEVICES(n)                                                                       \
+  do {                                                                                        \
+    if (!test_need_devices((n), __func__)) return;                                            \
+  } while (0)
+
+/* A non-blocking stream of device; the current device stays as it was. */
+static inline cudaStream_t test_stream_on(int device) {
+  int saved = 0;
+  CK_CUDA(cudaGetDevice(&saved));
+  CK_CUDA(cudaSetDevice(device));
+  cudaStream_t s = test_stream_create();
+  CK_CUDA(cudaSetDevice(saved));
+  return s;
+}
+
 /* ---- fixture and main ------------------------------------------------------------------- */
 
 static void test_setup(void) {

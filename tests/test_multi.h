@@ -11,25 +11,6 @@
 #error "SPOOL_TEST_CHILD must name the ipc_child program (tests/CMakeLists.txt sets it)"
 #endif
 
-/* True when the test can have n devices: cudasim gets them; a GPU machine with fewer makes the
- * test print why it does nothing and pass. */
-static inline bool test_need_devices(int n, const char *test) {
-#ifdef SPOOL_TEST_SIM
-  (void)test;
-  cudasim_set_device_count(n);
-  return true;
-#else
-  int have = test_device_count();
-  if (have >= n) return true;
-  printf("skipped %s: needs %d devices, %d visible\n", test, n, have);
-  return false;
-#endif
-}
-#define NEED_DEVICES(n)                                                                       \
-  do {                                                                                        \
-    if (!test_need_devices((n), __func__)) return;                                            \
-  } while (0)
-
 /* Tests whose point is a kernel say so and skip where the kernels are stubs. */
 #define NEED_KERNELS()                                                                        \
   do {                                                                                        \
@@ -39,16 +20,6 @@ static inline bool test_need_devices(int n, const char *test) {
       return;                                                                                 \
     }                                                                                         \
   } while (0)
-
-/* A non-blocking stream of device; the current device stays as it was. */
-static inline cudaStream_t test_stream_on(int device) {
-  int saved = 0;
-  CK_CUDA(cudaGetDevice(&saved));
-  CK_CUDA(cudaSetDevice(device));
-  cudaStream_t s = test_stream_create();
-  CK_CUDA(cudaSetDevice(saved));
-  return s;
-}
 
 static inline spool_pool *test_pool_on(int device) {
   spool_config cfg = test_config();

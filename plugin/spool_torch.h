@@ -1,0 +1,139 @@
+/* spool as PyTorch's CUDA allocator: the C functions that torch.cuda.memory.CUDAPluggableAllocator
+ * calls, and a few that python/spool_torch.py calls through ctypes.
+ *
+ * The plug-in (libspool_torch.so, built from plugin/ with its own copy of spool, so that it is one
+ * file to load by path) keeps one spool pool per device, made at the device's first allocation
+ * from spool's defaults, then SPOOL_CONF, then the text given to spool_torch_configure (the
+ * config's `device` is ignored: each pool gets its own device). Tensors are spool buffers:
+ * allocated and freed in stream order on the stream PyTorch names, so spool's stream caches,
+ * out-of-memory policy, cross-stream hand-off and statistics work for PyTorch as they do for C.
+ *
+ * Failures: PyTorch's allocator interface has no status return. Where the caller is PyTorch, a
+ * failure throws a C++ exception through the plug-in's C frames (they are compiled with
+ * -fexceptions, and nothing is locked or half done when it is thrown): c10::OutOfMemoryError
+ * when the device is out of memory (Python sees torch.OutOfMemoryError), std::runtime_error
+ * otherwise (Python sees RuntimeError); the message is spool's own (spool_last_error()).
+ * spool_torch_free cannot throw (PyTorch frees in destructors): it writes its failure to stderr
+ * and counts it. The functions meant for ctypes return a spool_status and leave the message in
+ * spool_torch_last_error().
+ *
+ * Not installed: a header for the plug-in's sources and its tests. The exported names are what
+ * python/spool_torch.py looks up. */
+#ifndef SPOOL_TORCH_H
+#define SPOOL_TORCH_H
+
+#include <stddef.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define SPOOL_TORCH_API __attribute__((visibility("default")))
+#else
+#define SPOOL_TORCH_API
+#endif
+
+/* Devices the plug-in serves: ordinals 0 to SPOOL_TORCH_MAX_DEVICES - 1. */
+#define SPOOL_TORCH_MAX_DEVICES 64
+
+/* ---- what PyTorch calls (CUDAPluggableAllocator and its hooks) ------------------------------- */
+
+/* The allocation function: size bytes on device, in stream order on stream (the current stream
+ * PyTorch passes). Makes the device's pool at its first call. size 0 returns NULL and allocates
+ * nothing (PyTorch keeps a null data pointer for an empty tensor). Never returns NULL for
+ * size > 0: it throws (see above) when the pool cannot be made, the memory-fraction limit
+ * would be passed, or spool_alloc fails. Thread safe (autograd's threads allocate too). The
+ * caller owns the pointer and gives it back with spool_torch_free. */
+SPOOL_TORCH_API void *spool_torch_alloc(size_t size, int device, cudaStream_t stream);
+
+/* The free function: ptr (from spool_torch_alloc with this size, device and stream) is freed in
+ * stream order on stream, as spool_free does; streams recorded with spool_torch_record_stream
+ * are waited for too. NULL: nothing. Never throws: a failure (a pointer spool did not give out,
+ * a CUDA error) is written to stderr with spool's message and counted ("free_failures" in
+ * spool_torch_stats_json); the pointer then stays allocated. Thread safe. */
+SPOOL_TORCH_API void spool_torch_free(void *ptr, size_t size, int device, cudaStream_t stream);
+
+/* Tensor.record_stream: the buffer at ptr is also used on stream, so its memory is reused only
+ * once stream's work queued before the free is done (spool_record_stream, spool's cross-stream
+ * hand-off). NULL ptr (an empty tensor): nothing. Throws std::runtime_error with spool's message
+ * when ptr is not the start of a live buffer of the plug-in's pools, or spool refuses (track=off,
+ * a capture, more than 8 streams). Thread safe. */
+SPOOL_TORCH_API void spool_torch_record_stream(void *ptr, cudaStream_t stream);
+
+/* torch.cuda.empty_cache (the reset hook): for every pool made so far, synchronizes its device
+ * (memory freed on a stream whose work is still queued is in use until then) and trims the pool
+ * to what is in use (spool_trim(pool, 0), which first gives the stream caches' blocks back).
+ * Throws std::runtime_error with spool's message if a device or a pool fails, after trying them
+ * all. Thread safe. */
+SPOOL_TORCH_API void spool_torch_empty_cache(void);
+
+/* The init hook: PyTorch passes its device count when the allocator is first used. Remembered
+ * for messages only; no CUDA call. Thread safe. */
+SPOOL_TORCH_API void spool_torch_init(int device_count);
+
+/* torch.cuda.set_per_process_memory_fraction: later allocations on device fail with
+ * c10::OutOfMemoryError when the bytes PyTorch holds there (asked for and not yet freed, as
+ * spool_torch_alloc and spool_torch_free count them) would pass fraction times the device's
+ * total memory (cudaMemGetInfo, now). What the pool keeps reserved for reuse does not count: the
+ * limit is on tensors, and spool's own limit on reserved memory is the config's max_size.
+ * Allocations made before stay. Throws std::runtime_error for a fraction outside [0, 1], a
+ * device out of range, or a failing cudaMemGetInfo. Thread safe. */
+SPOOL_TORCH_API void spool_torch_set_memory_fraction(double fraction, int device);
+
+/* ---- what python/spool_torch.py calls (ctypes) ----------------------------------------------- */
+
+/* Sets the config of the pools to come: spool's defaults, then SPOOL_CONF, then text on top
+ * (NULL or "": nothing on top), checked with spool_config_validate. Returns SPOOL_OK;
+ * SPOOL_ERR_CONFIG (bad text or SPOOL_CONF: the message names the key and line);
+ * SPOOL_ERR_INVALID (a pool has been made already: the config can no longer change). On
+ * failure the config is as it was. Thread safe. text stays the caller's. */
+SPOOL_TORCH_API int spool_torch_configure(const char *text);
+
+/* Writes device's statistics as one JSON object into buf (len bytes, NUL-terminated): the keys
+ * of spool_stats_json (spool_stats's fields, "device", "device_free", "device_total") and the
+ * plug-in's own: "torch_bytes_in_use" (bytes PyTorch holds on the device as the plug-in counts
+ * them), "torch_limit" (the memory-fraction limit in bytes, or null) and "free_failures".
+ * Returns SPOOL_OK; SPOOL_ERR_INVALID (buf NULL or len 0, device out of range, no pool on the
+ * device yet (it is made at the device's first allocation), len too small: the message gives
+ * the size needed, and buf holds ""); SPOOL_ERR_CUDA. Thread safe; buf stays the caller's. */
+SPOOL_TORCH_API int spool_torch_stats_json(int device, char *buf, size_t len);
+
+/* This thread's last failure of a plug-in function, in words ("" if none): the message of the
+ * last status other than SPOOL_OK, or of the last exception thrown. Thread-local storage owned
+ * by the plug-in, valid until this thread's next plug-in call. Thread safe. */
+SPOOL_TORCH_API const char *spool_torch_last_error(void);
+
+/* spool's version as "MAJOR.MINOR.PATCH" (static storage), to check what was loaded. Thread
+ * safe. */
+SPOOL_TORCH_API const char *spool_torch_version(void);
+
+/* ---- internals: the plug-in's sources and its tests ------------------------------------------ */
+
+/* Throws for a failure, never returns (plugin/spool_torch_throw.cc): c10::OutOfMemoryError when
+ * oom is nonzero and PyTorch's c10 libraries are loaded, std::runtime_error otherwise, with
+ * message. function, file and line say where (c10 shows them). Call it with no lock held and
+ * nothing to clean up: it unwinds through the caller's frame. */
+void spool__torch_throw(int oom, const char *function, const char *file, int line,
+                        const char *message);
+
+/* Replaces spool__torch_throw (NULL: back to it), so that C tests can see what would be thrown:
+ * a test's function returns, and the plug-in function then returns too (spool_torch_alloc with
+ * NULL). Not for production use. Thread safe. */
+typedef void (*spool__torch_throw_fn)(int oom, const char *function, const char *file, int line,
+                                      const char *message);
+void spool__torch_set_throw(spool__torch_throw_fn fn);
+
+/* Destroys the pools and forgets the config, the limits and the counters, as if the plug-in had
+ * just been loaded, so that tests in one process start alike. Returns the first failure of
+ * spool_pool_destroy (SPOOL_ERR_LEAKS when buffers were left: they are freed). No other thread
+ * may use the plug-in meanwhile. Tests only. */
+int spool__torch_forget(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SPOOL_TORCH_H */

@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""python/spool_torch.py without PyTorch or a GPU (ctest torch_helper, label cpu): it imports
+without torch, finds the library (SPOOL_TORCH_LIB, lib=, next to the module), loads it, sees only
+the plug-in's exports, passes config errors on as ValueError with spool's message, and says why
+stats() has nothing yet. install() runs against a stand-in `torch` module (FAKE_TORCH below) that
+records what PyTorch would be given: the plug-in's functions and hooks, the clear error when
+CUDA is initialized already, one install per process. The real PyTorch on a GPU is
+test_spool_torch.py. Needs SPOOL_TORCH_LIB (ctest sets it to the built library)."""
+import ctypes
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYTHON_DIR = os.path.dirname(HERE)
+sys.path.insert(0, PYTHON_DIR)
+
+import spool_torch  # noqa: E402  (after the path)
+
+LIB = os.environ.get("SPOOL_TORCH_LIB", "")
+
+# A stand-in for the part of torch that install() uses, with what PyTorch 2.11 does: the
+# allocator can be swapped only while CUDA is not initialized.
+FAKE_TORCH = """
+import ctypes
+class _Hooks:
+    def __init__(self):
+        self.fns = {}
+    def __getattr__(self, name):
+        if not name.startswith("set_"):
+            raise AttributeError(name)
+        return lambda addr: self.fns.__setitem__(name[4:], addr)
+class _Pluggable:
+    def __init__(self, path, alloc, free):
+        lib = ctypes.CDLL(path)
+        self.names = (alloc, free)
+        self.addrs = {n: ctypes.cast(getattr(lib, n), ctypes.c_void_p).value for n in (alloc, free)}
+        self._hooks = _Hooks()
+    def allocator(self):
+        return self._hooks
+class _Memory:
+    CUDAPluggableAllocator = _Pluggable
+    current = None
+    swap_fails = False
+    def change_current_allocator(self, a):
+        if self.swap_fails or cuda.initialized:
+            raise RuntimeError("Can't swap an already initialized allocator")
+        self.current = a
+class _Cuda:
+    initialized = False
+    available = True
+    memory = _Memory()
+    def is_initialized(self):
+        return self.initialized
+    def is_available(self):
+        return self.available
+cuda = _Cuda()
+"""
+
+
+def run_python(code, env):
+    """Runs code in a fresh interpreter; returns (exit code, stdout + stderr)."""
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=60)
+    return p.returncode, p.stdout + p.stderr
+
+
+class Helper(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if not os.path.isfile(LIB):  # never a silent pass
+            raise SystemExit(f"SPOOL_TORCH_LIB={LIB!r} does not name the built library")
+
+    def test_import_does_not_import_torch(self):
+        code = f"import sys; sys.path.insert(0, {PYTHON_DIR!r}); import spool_torch; " \
+               "print('torch' in sys.modules)"
+        rc, out = run_python(code, dict(os.environ))
+        self.assertEqual(rc, 0, out)
+        self.assertEqual(out.strip(), "False")
+
+    def test_library_path_from_env_and_argument(self):
+        self.assertEqual(spool_torch.library_path(), os.path.abspath(LIB))
+        self.assertEqual(spool_torch.library_path(lib=LIB), os.path.abspath(LIB))
+        with self.assertRaisesRegex(FileNotFoundError, "is not a file"):
+            spool_torch.library_path(lib="/nonexistent/libspool_torch.so")
+
+    def test_library_path_errors_name_what_was_tried(self):
+        env = dict(os.environ, SPOOL_TORCH_LIB="/nonexistent/libspool_torch.so")
+        code = f"import sys; sys.path.insert(0, {PYTHON_DIR!r}); import spool_torch; " \
+               "spool_torch.library_path()"
+        rc, out = run_python(code, env)
+        self.assertNotEqual(rc, 0)
+        self.assertIn("FileNotFoundError", out)
+        self.assertIn("/nonexistent/libspool_torch.so (SPOOL_TORCH_LIB)", out)
+
+    def test_library_next_to_the_module(self):
+        with tempfile.TemporaryDirectory() as d:
+            shutil.copy(os.path.join(PYTHON_DIR, "spool_torch.py"), d)
+            os.symlink(os.path.abspath(LIB), os.path.join(d, spool_torch.LIBRARY))
+            env = {k: v for k, v in os.environ.items() if k != "SPOOL_TORCH_LIB"}
+            code = f"import sys; sys.path.insert(0, {d!r}); import spool_torch; " \
+                   "print(spool_torch.library_path())"
+            rc, out = run_python(code, env)
+            self.assertEqual(rc, 0, out)
+            self.assertEqual(out.strip(), os.path.join(d, spool_torch.LIBRARY))
+
+    def test_exports_only_the_plugin(self):
+        cdll = ctypes.CDLL(LIB)
+        for name in ("spool_torch_alloc", "spool_torch_free", "spool_torch_record_stream",
+                     "spool_torch_empty_cache", "spool_torch_init",
+                     "spool_torch_set_memory_fraction", "spool_torch_configure",
+                     "spool_torch_stats_json", "spool_torch_last_error", "spool_torch_version"):
+            self.assertTrue(hasattr(cdll, name), name)
+        for name in ("spool_alloc", "spool_pool_create", "spool__torch_throw",
+                     "spool__torch_forget"):
+            self.assertFalse(hasattr(cdll, name), name)
+
+    def test_config_errors_are_value_errors(self):
+        cdll = spool_torch._load()
+        self.assertRegex(cdll.spool_torch_version().decode(), r"^\d+\.\d+\.\d+$")
+        with self.assertRaisesRegex(ValueError, "unknown key 'bogus'"):
+            spool_torch._configure(cdll, "bogus=1")
+        with self.assertRaisesRegex(ValueError, "release_threshold"):
+            spool_torch._configure(cdll, "release_threshold=4Gx")
+        spool_torch._configure(cdll, "release_threshold=4GiB, cache=off")
+        spool_torch._configure(cdll, None)
+
+    def test_stats_before_any_pool(self):
+        with self.assertRaisesRegex(RuntimeError, "no pool on device 0 yet"):
+            spool_torch.stats()
+        with self.assertRaisesRegex(RuntimeError, "device 99 is out of range"):
+            spool_torch.stats("cuda:99")
+        with self.assertRaises(ValueError):
+            spool_torch.stats("cpu")
+
+    def run_with_fake_torch(self, code):
+        """code after `import torch, spool_torch` with the stand-in torch; its printed lines."""
+        with tempfile.TemporaryDirectory() as d:
+            os.mkdir(os.path.join(d, "torch"))
+            with open(os.path.join(d, "torch", "__init__.py"), "w") as f:
+                f.write(FAKE_TORCH)
+            head = f"import sys; sys.path[:0] = [{d!r}, {PYTHON_DIR!r}]\n" \
+                   "import ctypes, torch, spool_torch\n"
+            rc, out = run_python(head + code, dict(os.environ))
+            self.assertEqual(rc, 0, out)
+            return out.splitlines()
+
+    def test_install_hands_the_plugin_to_torch(self):
+        out = self.run_with_fake_torch(
+            "path = spool_torch.install(conf='cache_limit=2GiB')\n"
+            "a = torch.cuda.memory.current\n"
+            "lib = ctypes.CDLL(path)\n"
+            "addr = lambda n: ctypes.cast(getattr(lib, n), ctypes.c_void_p).value\n"
+            "print(a.names)\n"
+            "want = {'init': 'spool_torch_init', 'reset': 'spool_torch_empty_cache',\n"
+            "        'memory_fraction': 'spool_torch_set_memory_fraction',\n"
+            "        'record_stream': 'spool_torch_record_stream'}\n"
+            "print(sorted(k + '_fn' for k in want) == sorted(a.allocator().fns))\n"
+            "print(all(a.allocator().fns[k + '_fn'] == addr(n) for k, n in want.items()))\n"
+            "print(spool_torch.install(conf='cache_limit=2GiB') == path)\n"
+            "try:\n"
+            "    spool_torch.install(conf='cache=off')\n"
+            "except RuntimeError as e:\n"
+            "    print('second:', e)\n")
+        self.assertEqual(out[0], "('spool_torch_alloc', 'spool_torch_free')")
+        self.assertEqual(out[1:4], ["True", "True", "True"])
+        self.assertIn("already installed with conf='cache_limit=2GiB'", out[4])
+
+    def test_install_after_cuda_init_says_what_to_do(self):
+        out = self.run_with_fake_torch(
+            "torch.cuda.initialized = True\n"
+            "try:\n"
+            "    spool_torch.install()\n"
+            "except RuntimeError as e:\n"
+            "    print(e)\n"
+            "torch.cuda.initialized = False\n"
+            "torch.cuda.memory.swap_fails = True  # initialized between the check and the swap\n"
+            "try:\n"
+            "    spool_torch.install()\n"
+            "except RuntimeError as e:\n"
+            "    print(e, '|', repr(e.__cause__))\n"
+            "torch.cuda.memory.swap_fails = False\n"
+            "print(spool_torch.install() is not None)\n")
+        self.assertIn("must run before PyTorch initializes CUDA", out[0])
+        self.assertIn("right after `import torch`", out[0])
+        self.assertIn("must run before PyTorch initializes CUDA", out[1])
+        self.assertIn("Can't swap an already initialized allocator", out[1])
+        self.assertEqual(out[2], "True")
+
+    def test_install_bad_conf_installs_nothing(self):
+        out = self.run_with_fake_torch(
+            "try:\n"
+            "    spool_torch.install(conf='bogus=1')\n"
+            "except ValueError as e:\n"
+            "    print('ValueError:', e)\n"
+            "print(torch.cuda.memory.current is None)\n"
+            "spool_torch.install(conf='cache=off')\n"
+            "print(torch.cuda.memory.current is not None)\n")
+        self.assertIn("ValueError: config line 1: unknown key 'bogus'", out[0])
+        self.assertEqual(out[1:], ["True", "True"])
+
+    def test_install_without_torch(self):
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            pass
+        else:
+            self.skipTest("torch is installed here (the GPU tests cover install)")
+        with self.assertRaisesRegex(ImportError, r"spool_torch.install\(\) needs PyTorch"):
+            spool_torch.install()
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
