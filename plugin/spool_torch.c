@@ -112,11 +112,22 @@ static spool_status leave_device(int device, int saved, spool_status s, const ch
 
 /* ---- config and pools ------------------------------------------------------------------------ */
 
-/* Defaults, SPOOL_CONF, then text; into *cfg only when all of it is valid. */
+/* What the plug-in changes in spool's defaults: the stream caches keep every freed block, of any
+ * size, as PyTorch's own caching allocator does (until empty_cache, or an out-of-memory, which
+ * flushes them and retries). Measured on an H200 (docs/benchmarks.md, PyTorch): with spool's
+ * library defaults (cache_limit 1 GiB, cache_max_block 64 MiB) the frees that pass the caches
+ * go to the cudaMemPool, whose reservation then grows to 1.7-7x the bytes in use (the CNN:
+ * 2.2-9.5 GiB for 1.4 GiB; the transformer: 6.4 GiB for 2.9); caching everything held both
+ * at what they use (2.2 and 3.3 GiB). */
+#define PLUGIN_DEFAULTS "cache_limit=1TiB, cache_max_block=1TiB"
+
+/* spool's defaults, the plug-in's, SPOOL_CONF, then text; into *cfg only when all of it is
+ * valid. */
 static spool_status read_config(spool_config *cfg, const char *text) {
   spool_config c;
   spool_config_init(&c);
-  spool_status s = spool_config_from_env(&c);
+  spool_status s = spool_config_parse(&c, PLUGIN_DEFAULTS);
+  if (s == SPOOL_OK) s = spool_config_from_env(&c);
   if (s == SPOOL_OK && text && text[0]) s = spool_config_parse(&c, text);
   if (s == SPOOL_OK) s = spool_config_validate(&c);
   if (s != SPOOL_OK) return fail_spool(s);

@@ -3,7 +3,9 @@
  *
  * The plug-in (libspool_torch.so, built from plugin/ with its own copy of spool, so that it is one
  * file to load by path) keeps one spool pool per device, made at the device's first allocation
- * from spool's defaults, then SPOOL_CONF, then the text given to spool_torch_configure (the
+ * from spool's defaults, then the plug-in's (cache_limit=1TiB, cache_max_block=1TiB: the caches
+ * keep every freed block, as PyTorch's allocator does, until empty_cache or an out-of-memory
+ * flushes them), then SPOOL_CONF, then the text given to spool_torch_configure (the
  * config's `device` is ignored: each pool gets its own device). Tensors are spool buffers:
  * allocated and freed in stream order on the stream PyTorch names, so spool's stream caches,
  * out-of-memory policy, cross-stream hand-off and statistics work for PyTorch as they do for C.
@@ -85,9 +87,9 @@ SPOOL_TORCH_API void spool_torch_set_memory_fraction(double fraction, int device
 
 /* ---- what python/spool_torch.py calls (ctypes) ----------------------------------------------- */
 
-/* Sets the config of the pools to come: spool's defaults, then SPOOL_CONF, then text on top
- * (NULL or "": nothing on top), checked with spool_config_validate. Returns SPOOL_OK;
- * SPOOL_ERR_CONFIG (bad text or SPOOL_CONF: the message names the key and line);
+/* Sets the config of the pools to come: spool's defaults and the plug-in's, then SPOOL_CONF,
+ * then text on top (NULL or "": nothing on top), checked with spool_config_validate. Returns
+ * SPOOL_OK; SPOOL_ERR_CONFIG (bad text or SPOOL_CONF: the message names the key and line);
  * SPOOL_ERR_INVALID (a pool has been made already: the config can no longer change). On
  * failure the config is as it was. Thread safe. text stays the caller's. */
 SPOOL_TORCH_API int spool_torch_configure(const char *text);

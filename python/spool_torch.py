@@ -8,8 +8,10 @@
 
 install() loads libspool_torch.so (built by spool's CMake, in <build>/plugin/) with ctypes and
 hands its functions to torch.cuda.memory.CUDAPluggableAllocator: one spool pool per device,
-made at the device's first allocation from spool's defaults, then the SPOOL_CONF environment
-variable, then `conf`. Tensor.record_stream becomes spool's cross-stream hand-off,
+made at the device's first allocation from spool's defaults, then the plug-in's
+("cache_limit=1TiB, cache_max_block=1TiB": like PyTorch's own allocator, the caches keep every
+freed block until empty_cache or an out-of-memory), then the SPOOL_CONF environment variable,
+then `conf`. Tensor.record_stream becomes spool's cross-stream hand-off,
 torch.cuda.empty_cache() trims the pools (after a device synchronize),
 torch.cuda.set_per_process_memory_fraction limits the bytes tensors hold, and running out of
 memory raises torch.OutOfMemoryError with spool's message (sizes, pool and device figures).
@@ -134,9 +136,9 @@ def install(conf=None, lib=None):
     """Makes spool PyTorch's CUDA allocator for this process. Returns the library's path.
 
     conf: spool config text (e.g. "release_threshold=4GiB, max_size=60GiB"; see spool's README),
-    applied on top of spool's defaults and the SPOOL_CONF environment variable; the config's
-    `device` is ignored (every device gets its own pool). lib: the path of libspool_torch.so
-    (default: see library_path()).
+    applied on top of spool's and the plug-in's defaults and the SPOOL_CONF environment
+    variable; the config's `device` is ignored (every device gets its own pool). lib: the path
+    of libspool_torch.so (default: see library_path()).
 
     Call it before anything initializes CUDA in PyTorch (the first CUDA tensor, .cuda(),
     torch.cuda.init(), ...): PyTorch's allocator cannot be replaced after that, and install()

@@ -476,6 +476,32 @@ START_TEST(config_from_env_at_first_alloc) {
 }
 END_TEST
 
+/* The plug-in's defaults: caches that keep every freed block, as PyTorch's allocator does;
+ * SPOOL_CONF and the text still go on top. */
+static const spool_config *config_of(void *p) {
+  spool_pool *pool = NULL;
+  ck_assert_int_eq(spool_pool_of(p, &pool), SPOOL_OK);
+  return spool_pool_config(pool);
+}
+
+START_TEST(config_plugin_defaults) {
+  void *p = torch_alloc(4 * KiB, 0, NULL);
+  ck_assert_uint_eq(config_of(p)->cache_limit, (uint64_t)1 << 40);
+  ck_assert_uint_eq(config_of(p)->cache_max_block, (uint64_t)1 << 40);
+  ck_assert(config_of(p)->cache);
+  spool_torch_free(p, 4 * KiB, 0, NULL);
+  torch_end();
+  setenv("SPOOL_CONF", "cache_limit=1GiB", 1);
+  ck_assert_int_eq(spool_torch_configure("cache_max_block=64MiB"), SPOOL_OK);
+  unsetenv("SPOOL_CONF");
+  p = torch_alloc(4 * KiB, 0, NULL);
+  ck_assert_uint_eq(config_of(p)->cache_limit, (uint64_t)1 << 30);
+  ck_assert_uint_eq(config_of(p)->cache_max_block, (uint64_t)64 << 20);
+  spool_torch_free(p, 4 * KiB, 0, NULL);
+  torch_end();
+}
+END_TEST
+
 /* The config's device is ignored: each device gets its own pool. */
 START_TEST(config_device_ignored) {
   ck_assert_int_eq(spool_torch_configure("device=3"), SPOOL_OK);
@@ -552,6 +578,7 @@ static Suite *torch_suite(void) {
   tcase_add_test(tc, configure_layers_env_then_text);
   tcase_add_test(tc, config_from_env_at_first_alloc);
   tcase_add_test(tc, config_device_ignored);
+  tcase_add_test(tc, config_plugin_defaults);
   tcase_add_test(tc, stats_json_arguments);
   suite_add_tcase(s, tc);
   return s;
