@@ -112,14 +112,11 @@ static spool_status leave_device(int device, int saved, spool_status s, const ch
 
 /* ---- config and pools ------------------------------------------------------------------------ */
 
-/* What the plug-in changes in spool's defaults: the stream caches keep every freed block, of any
- * size, as PyTorch's own caching allocator does (until empty_cache, or an out-of-memory, which
- * flushes them and retries). Measured on an H200 (docs/benchmarks.md, PyTorch): with spool's
- * library defaults (cache_limit 1 GiB, cache_max_block 64 MiB) the frees that pass the caches
- * go to the cudaMemPool, whose reservation then grows to 1.7-7x the bytes in use (the CNN:
- * 2.2-9.5 GiB for 1.4 GiB; the transformer: 6.4 GiB for 2.9); caching everything held both
- * at what they use (2.2 and 3.3 GiB). */
-#define PLUGIN_DEFAULTS "cache_limit=1TiB, cache_max_block=1TiB"
+/* What the plug-in changes in spool's defaults: nothing today. The size-class caches needed
+ * "keep every freed block" here, or the cudaMemPool under them grew to several times what the
+ * models used; the heap splits, merges and gives chunks back by itself, so the library's
+ * defaults serve PyTorch as they are. Kept as the one place a plug-in default would go. */
+#define PLUGIN_DEFAULTS ""
 
 /* spool's defaults, the plug-in's, SPOOL_CONF, then text; into *cfg only when all of it is
  * valid. */

@@ -8,9 +8,8 @@
 
 install() loads libspool_torch.so (built by spool's CMake, in <build>/plugin/) with ctypes and
 hands its functions to torch.cuda.memory.CUDAPluggableAllocator: one spool pool per device,
-made at the device's first allocation from spool's defaults, then the plug-in's
-("cache_limit=1TiB, cache_max_block=1TiB": like PyTorch's own allocator, the caches keep every
-freed block until empty_cache or an out-of-memory), then the SPOOL_CONF environment variable,
+made at the device's first allocation from spool's defaults (the plug-in changes none), then
+the SPOOL_CONF environment variable,
 then `conf`. Tensor.record_stream becomes spool's cross-stream hand-off,
 torch.cuda.empty_cache() trims the pools (after a device synchronize),
 torch.cuda.set_per_process_memory_fraction limits the bytes tensors hold, and running out of

@@ -119,7 +119,7 @@ static void explain(void) {
       "- release_threshold=max keeps it: after the first round the pool serves from what it\n"
       "  holds. Bound it with spool_trim or max_size when other code needs the memory.\n"
       "- The stream caches answer a stream's repeated sizes without a CUDA call: the pool sees\n"
-      "  only the misses. They hold up to cache_limit on top of what is in use.\n");
+      "  only the misses. They hold up to front_limit per stream, and the heap gives idle chunks back.\n");
 }
 
 int main(int argc, char **argv) {

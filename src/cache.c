@@ -1,33 +1,32 @@
-/* The per-stream caches in front of the pool.
+/* The per-stream fronts of the heap (chunks.c), and the hot path through them.
  *
  * A block freed on stream S may be handed out again on S at once: stream order makes the new
- * owner's work run after the old owner's. So each stream gets a cache of freed blocks in size
- * classes, and an allocation that finds a block of its class there makes no CUDA call (the
- * capture check aside) and takes only that stream's lock. Threads find their stream's cache
- * through a few thread-local slots, so the hit path touches no memory that threads on other
- * streams write.
+ * owner's work run after the old owner's. So each stream keeps its last freed blocks ready in
+ * bins by size class (its front), and an allocation that finds one of its class there makes no
+ * CUDA call (the capture check aside) and takes only that stream's lock. Threads find their
+ * stream's front through a few thread-local slots, so the hit path touches no memory that
+ * threads on other streams write.
  *
- * - Another stream may take a cached block only once an event recorded on S after the block was
- *   cached has completed (the fence). A stream that misses asks for one; S's own next free
- *   records it, since S is surely alive then; until it completes, the allocation goes to the
- *   pool. spool never calls CUDA on a stream a user did not just hand it: users destroy
- *   streams without telling spool.
- * - Under stream capture the cache is bypassed: a reused pointer would be baked into the graph.
- *   Blocks allocated under capture go through the uncached path and never enter a cache; a
- *   cached-path buffer freed under capture is refused (CUDA would refuse it too, and break
- *   the capture).
- * - The legacy stream has two handles (NULL and cudaStreamLegacy): one cache. cudaStreamPerThread
- *   is one handle for a different stream in every thread: one cache per thread.
- * - Flushes (spool_trim, out of memory, destroy) synchronize the device and free on the calling
- *   thread's per-thread stream; spool_stream_release frees on the stream it is given.
- * - Bounds: cache_max_block (larger blocks skip the cache) and cache_limit (bytes cached in all;
- *   a free that would pass it goes to the pool).
- * - Counters are per cache, summed for spool_stats. Each cache publishes its share of the
- *   pool-wide in-use and cached totals at once when its in-use grows past what it published,
- *   and otherwise every PUBLISH_EVERY operations: so the pool-wide peaks are exact for one
- *   stream, and with several streams may count a stream at its high of its last few operations.
+ * - A miss puts the stream's whole front into the heap (pending on S, merged with its free
+ *   neighbours) and takes a block of the size asked from the heap: the front holds only what a
+ *   stream repeats, never a cover of every size it has seen. A free that would take the front
+ *   past front_limit goes into the heap at once (one block is always kept).
+ * - Other streams reach S's memory only through the heap, after S's fence (chunks.c).
+ * - Under stream capture the heap is bypassed: a reused pointer would be baked into the graph.
+ *   Blocks allocated under capture go through the uncached path; a heap buffer freed under
+ *   capture is refused (CUDA would refuse it too, and break the capture).
+ * - The legacy stream has two handles (NULL and cudaStreamLegacy): one front. cudaStreamPerThread
+ *   is one handle for a different stream in every thread: one front per thread.
+ * - Flushes (spool_trim, out of memory, destroy) synchronize the device, put every front into
+ *   the heap, and give every all-free chunk back on the calling thread's per-thread stream;
+ *   spool_stream_release gives back on the stream it is given.
+ * - Counters are per stream, summed for spool_stats. Each stream publishes its share of the
+ *   pool-wide in-use totals at once when it grows past what it published or falls more than
+ *   PUBLISH_SLACK below it, and otherwise every PUBLISH_EVERY operations: so the pool-wide peak
+ *   is exact for one stream, and with several streams counts each at most 1 MiB high.
  *
- * Locks: the pool's lock may be held when a cache's lock is taken, never the other way round. */
+ * Locks: the pool's lock may be held when a front's lock is taken, never the other way round.
+ * The heap is under the pool's lock. */
 #define _POSIX_C_SOURCE 200809L /* nanosleep */
 
 #include "internal.h"
@@ -43,21 +42,11 @@ static const char FREE[] = "spool_free";
 
 #define SEQ_BATCH 256     /* allocation numbers a cache takes from the pool at a time */
 #define PUBLISH_EVERY 64  /* operations between publications of a cache's totals */
+#define PUBLISH_SLACK ((uint64_t)1 << 20) /* a fall in use larger than this is published at once */
+/* A front block the stream has not taken back within this many of its frees is not one it
+ * repeats: the next miss puts it into the heap, where it can merge and serve any size. */
+#define FRONT_AGE 64
 #define SLOTS 8           /* thread-local lookup slots (a power of two) */
-
-/* ---- size classes ------------------------------------------------------------------------- */
-
-static inline unsigned class_of(uint64_t n) {
-  if (n <= 4096) return n == 0 ? 0 : (unsigned)((n - 1) >> 9);
-  unsigned e = 63u - (unsigned)__builtin_clzll(n - 1); /* 2^e < n <= 2^(e+1) */
-  return 8u + (e - 12u) * 8u + (unsigned)((n - 1 - ((uint64_t)1 << e)) >> (e - 3));
-}
-
-static uint64_t class_bytes(unsigned c) {
-  if (c < 8) return (uint64_t)(c + 1) << 9;
-  unsigned e = 12 + (c - 8) / 8, i = (c - 8) % 8;
-  return ((uint64_t)1 << e) + ((uint64_t)(i + 1) << (e - 3));
-}
 
 /* ---- the cache's lock ----------------------------------------------------------------------- */
 
@@ -226,49 +215,37 @@ static void atomic_max(atomic_uint_fast64_t *a, uint64_t v) {
 }
 
 void spool__totals_add(spool_pool *p, int64_t bytes, int64_t buffers) {
-  uint64_t b = atomic_fetch_add_explicit(&p->total_bytes, (uint64_t)bytes, memory_order_relaxed);
-  uint64_t n =
-      atomic_fetch_add_explicit(&p->total_buffers, (uint64_t)buffers, memory_order_relaxed);
-  if (bytes > 0) atomic_max(&p->peak_bytes, b + (uint64_t)bytes);
-  if (buffers > 0) atomic_max(&p->peak_buffers, n + (uint64_t)buffers);
+  if (bytes) {
+    uint64_t b =
+        atomic_fetch_add_explicit(&p->total_bytes, (uint64_t)bytes, memory_order_relaxed);
+    if (bytes > 0) atomic_max(&p->peak_bytes, b + (uint64_t)bytes);
+  }
+  if (buffers) {
+    uint64_t n =
+        atomic_fetch_add_explicit(&p->total_buffers, (uint64_t)buffers, memory_order_relaxed);
+    if (buffers > 0) atomic_max(&p->peak_buffers, n + (uint64_t)buffers);
+  }
 }
 
-/* Puts c's share of the pool-wide totals at its in-use high since the last publication (exact:
- * at its current in-use, for stats and peak resets), and its cached bytes. Under c's lock.
- * Differences of unsigned counters wrap to the signed change. */
-static SPOOL__NOINLINE void publish(spool_pool *p, spool__scache *c, bool exact) {
-  uint64_t bytes = exact ? c->c.bytes_in_use : c->win_bytes;
-  uint64_t buffers = exact ? c->c.buffers_in_use : c->win_buffers;
-  spool__totals_add(p, (int64_t)(bytes - c->pub_bytes), (int64_t)(buffers - c->pub_buffers));
-  uint64_t delta = c->c.bytes_cached - c->pub_cached;
-  c->seen_cached =
-      atomic_fetch_add_explicit(&p->total_cached, delta, memory_order_relaxed) + delta;
-  c->pub_bytes = bytes;
-  c->pub_buffers = buffers;
-  c->pub_cached = c->c.bytes_cached;
-  c->win_bytes = c->c.bytes_in_use;
-  c->win_buffers = c->c.buffers_in_use;
+/* Puts c's share of the pool-wide totals at its current in-use. Under c's lock. Differences of
+ * unsigned counters wrap to the signed change. */
+static SPOOL__NOINLINE void publish(spool_pool *p, spool__scache *c) {
+  spool__totals_add(p, (int64_t)(c->c.bytes_in_use - c->pub_bytes),
+                    (int64_t)(c->c.buffers_in_use - c->pub_buffers));
+  c->pub_bytes = c->c.bytes_in_use;
+  c->pub_buffers = c->c.buffers_in_use;
   c->ops = 0;
 }
 
-/* A new in-use high above c's published share is published at once (so one stream's peak is
- * exact); otherwise every PUBLISH_EVERY operations, at the high of that window: a stream whose
- * sizes vary (a random mix) then publishes only on new highs, not on every larger-than-last
- * allocation. */
+/* Growth past the published share goes out at once (it may be a new peak); a fall of more than
+ * PUBLISH_SLACK too (left out, it would count twice once another stream grows); smaller falls
+ * every PUBLISH_EVERY operations. A stream alternating one buffer of a size then publishes
+ * nothing in between unless the size is over the slack. */
 static inline void after_op(spool_pool *p, spool__scache *c) {
-  if (c->c.bytes_in_use > c->win_bytes) c->win_bytes = c->c.bytes_in_use;
-  if (c->c.buffers_in_use > c->win_buffers) c->win_buffers = c->c.buffers_in_use;
-  if (c->c.bytes_in_use > c->pub_bytes || c->c.buffers_in_use > c->pub_buffers ||
-      ++c->ops >= PUBLISH_EVERY)
-    publish(p, c, false);
-}
-
-/* Whether caching add more bytes in c would pass cache_limit, judged by the pool-wide total as
- * c saw it at its last publication and c's exact share: no read of a line other threads write,
- * so the check costs nothing on the hit path; other caches' changes since count late. */
-static inline bool over_limit(const spool_pool *p, const spool__scache *c, uint64_t add) {
-  uint64_t others = c->seen_cached - c->pub_cached;
-  return others + c->c.bytes_cached + add > p->cfg.cache_limit;
+  uint64_t bytes = c->c.bytes_in_use;
+  if (bytes > c->pub_bytes || c->c.buffers_in_use > c->pub_buffers ||
+      c->pub_bytes - bytes > PUBLISH_SLACK || ++c->ops >= PUBLISH_EVERY)
+    publish(p, c);
 }
 
 static inline uint64_t next_seq(spool_pool *p, spool__scache *c) {
@@ -279,7 +256,7 @@ static inline uint64_t next_seq(spool_pool *p, spool__scache *c) {
   return c->seq_next++;
 }
 
-/* ---- bins ----------------------------------------------------------------------------------- */
+/* ---- front bins ------------------------------------------------------------------------------ */
 
 static SPOOL__NOINLINE bool bin_grow(spool__bin *bin) {
   uint32_t cap = bin->cap ? bin->cap * 2 : 8;
@@ -290,23 +267,28 @@ static SPOOL__NOINLINE bool bin_grow(spool__bin *bin) {
   return true;
 }
 
-static inline bool bin_push(spool__bin *bin, uintptr_t u) {
+static inline bool bin_push(spool__scache *c, unsigned cls, uintptr_t u) {
+  spool__bin *bin = &c->bins[cls];
   if (bin->count == bin->cap && !bin_grow(bin)) return false;
   bin->ptrs[bin->count++] = u;
+  c->front_map[cls / 64] |= (uint64_t)1 << (cls % 64);
+  c->front_blocks++;
   return true;
 }
 
-/* Removes the entry at i, keeping the order (oldest first). */
-static void bin_remove(spool__bin *bin, uint32_t i) {
-  memmove(&bin->ptrs[i], &bin->ptrs[i + 1], (bin->count - i - 1) * sizeof *bin->ptrs);
-  bin->count--;
+static inline uintptr_t bin_pop(spool__scache *c, unsigned cls) {
+  spool__bin *bin = &c->bins[cls];
+  uintptr_t u = bin->ptrs[--bin->count];
+  if (!bin->count) c->front_map[cls / 64] &= ~((uint64_t)1 << (cls % 64));
+  c->front_blocks--;
+  return u;
 }
 
 /* ---- allocation ----------------------------------------------------------------------------- */
 
 /* Under c's lock: b becomes the caller's buffer. */
 static inline void make_live(spool_pool *p, spool__scache *c, spool__buffer *b, size_t size,
-                      cudaStream_t stream, const spool__site *site) {
+                             cudaStream_t stream, const spool__site *site) {
   b->state = SPOOL__LIVE;
   b->size = size;
   b->stream = stream;
@@ -321,22 +303,42 @@ static inline void make_live(spool_pool *p, spool__scache *c, spool__buffer *b, 
 }
 
 /* Classes above a request a hit may take a block from: eight, so at most twice the size. A
- * stream that sees many sizes (a log-uniform mix) then needs a block per octave rather than
- * one per class, which keeps both the hit rate up and the memory held down. */
+ * stream that sees many sizes (a log-uniform mix) then finds a block within an octave rather
+ * than one of its exact class. */
 #define FIT_CLASSES 8
 
-/* Pops the most recently cached block of class cls, or of the nearest class above it within
- * FIT_CLASSES; 0 when there is none. Under c's lock. */
-static inline uintptr_t pop(spool__scache *c, unsigned cls) {
+/* The first non-empty front bin in (cls, cls + FIT_CLASSES], or 0. */
+static inline unsigned bin_above(const spool__scache *c, unsigned cls) {
   unsigned last = cls + FIT_CLASSES < SPOOL__CLASSES ? cls + FIT_CLASSES : SPOOL__CLASSES - 1;
-  for (unsigned k = cls; k <= last; k++) {
-    spool__bin *bin = &c->bins[k];
-    if (bin->count) return bin->ptrs[--bin->count];
+  for (unsigned k = cls + 1; k <= last;) {
+    uint64_t m = c->front_map[k / 64] >> (k % 64);
+    if (m) {
+      k += (unsigned)__builtin_ctzll(m);
+      return k <= last ? k : 0;
+    }
+    k = (k / 64 + 1) * 64;
   }
   return 0;
 }
 
-/* Under c's lock: the cached block b becomes the caller's buffer. */
+/* The most recently freed front block of class cls if it holds size bytes (a class spans up to
+ * 1/8 of its size), else of the nearest class above within FIT_CLASSES; taken out of its bin.
+ * NULL when there is none. Under c's lock. */
+static inline spool__buffer *pop(spool__scache *c, unsigned cls, size_t size) {
+  spool__bin *bin = &c->bins[cls];
+  if (bin->count) {
+    spool__buffer *b = spool__table_lookup(&c->blocks, bin->ptrs[bin->count - 1]);
+    if (b->bytes >= size) {
+      bin_pop(c, cls);
+      return b;
+    }
+  }
+  unsigned k = bin_above(c, cls);
+  if (!k) return NULL;
+  return spool__table_lookup(&c->blocks, bin_pop(c, k));
+}
+
+/* Under c's lock: the front block b becomes the caller's buffer. */
 static inline void take_hit(spool_pool *p, spool__scache *c, spool__buffer *b, size_t size,
                             cudaStream_t stream, const spool__site *site) {
   c->c.hits++;
@@ -344,98 +346,96 @@ static inline void take_hit(spool_pool *p, spool__scache *c, spool__buffer *b, s
   make_live(p, c, b, size, stream, site);
 }
 
-/* A hit with poisoning: the memset runs without the lock, the block out of its bin meanwhile. */
-static spool_status hit_poisoned(spool_pool *p, spool__scache *c, uintptr_t u, size_t size,
+/* A hit with poisoning: the memset runs without the lock, the block out of its bin meanwhile.
+ * If the memset cannot be queued the block goes back to its bin, which it just left: the push
+ * needs no new memory. */
+static spool_status hit_poisoned(spool_pool *p, spool__scache *c, spool__buffer *b, size_t size,
                                  cudaStream_t stream, const spool__site *site) {
+  uintptr_t u = b->ptr;
+  unsigned cls = b->cls;
   spool_status s = spool__poison_new(p, (void *)u, size, stream);
   lock(c);
-  spool__buffer *b = spool__table_lookup(&c->blocks, u);
-  if (s == SPOOL_OK) {
-    take_hit(p, c, b, size, stream, site);
-  } else if (!bin_push(&c->bins[b->cls], u)) {
-    /* Another thread filled the bin meanwhile and there is no host memory to grow it. */
-    spool__buffer gone;
-    c->c.bytes_cached -= b->bytes;
-    spool__table_remove(&c->blocks, u, &gone);
-    cudaError_t err = cudaFreeAsync((void *)u, stream);
-    if (err != cudaSuccess) spool__also_failed(s, err, "giving the block back to the pool");
-  }
+  b = spool__table_lookup(&c->blocks, u);
+  if (s == SPOOL_OK) take_hit(p, c, b, size, stream, site);
+  else (void)bin_push(c, cls, u);
   unlock(c);
   return s;
 }
 
-/* Takes the oldest block of class cls from c when c's fence says its stream is past the free;
- * otherwise asks c's owner for a newer fence. Under the pool's lock and c's. The event is the
- * pool's own, so querying it is safe even when c's stream is gone. */
-static bool take_fenced(spool_pool *p, spool__scache *c, unsigned cls, spool__buffer *out) {
-  spool__bin *bin = &c->bins[cls];
-  if (bin->count == 0) return false;
-  if (c->fence_pending) {
-    /* An event query is "potentially unsafe" to CUDA: in relaxed mode it leaves another
-     * thread's global-mode capture alone. */
-    enum cudaStreamCaptureMode mode;
-    bool relaxed = spool__relaxed_enter(&mode);
-    cudaError_t err = cudaEventQuery(c->fence);
-    spool__relaxed_leave(relaxed, mode);
-    if (err == cudaSuccess) {
-      c->safe_tick = c->fence_tick;
-      c->fence_pending = false;
-    } else {
-      spool__clear_cuda_error(); /* not ready, or failed: not this time */
+/* Under c's lock and the pool's: the front block u (its bin entry is the caller's to drop) goes
+ * into the heap, pending on c's stream, and is remembered as freed (for double-free messages). */
+static void spill_one(spool_pool *p, spool__scache *c, uintptr_t u) {
+  spool__buffer b;
+  spool__table_remove(&c->blocks, u, &b);
+  c->c.bytes_cached -= b.bytes;
+  spool__grave_bury(&p->graves, &b);
+  spool__heap_release(p, &c->pend, b.blk);
+}
+
+/* Under the pool's lock: the blocks of c's front that the stream has not taken back within its
+ * last `age` frees go into the heap (age 0: all of them). Within a bin the oldest lie first. */
+static void front_spill(spool_pool *p, spool__scache *c, uint64_t age) {
+  lock(c);
+  uint64_t keep_from = c->tick > age ? c->tick - age : 0; /* with age > 0 */
+  for (unsigned w = 0; w < SPOOL__BIN_WORDS; w++) {
+    for (uint64_t m = c->front_map[w]; m; m &= m - 1) {
+      unsigned cls = w * 64 + (unsigned)__builtin_ctzll(m);
+      spool__bin *bin = &c->bins[cls];
+      uint32_t old = 0;
+      while (old < bin->count &&
+             (age == 0 || spool__table_lookup(&c->blocks, bin->ptrs[old])->tick < keep_from))
+        spill_one(p, c, bin->ptrs[old++]);
+      if (!old) continue;
+      memmove(bin->ptrs, bin->ptrs + old, (bin->count - old) * sizeof *bin->ptrs);
+      bin->count -= old;
+      c->front_blocks -= old;
+      if (!bin->count) c->front_map[w] &= ~((uint64_t)1 << (cls % 64));
     }
   }
-  spool__buffer *b = spool__table_lookup(&c->blocks, bin->ptrs[0]);
-  if (b->tick > c->safe_tick) {
-    c->fence_wanted = true;
-    return false;
-  }
-  bin_remove(bin, 0);
-  c->c.bytes_cached -= b->bytes;
-  spool__table_remove(&c->blocks, b->ptr, out);
-  after_op(p, c);
-  return true;
+  unlock(c);
 }
 
-/* At a free on c's own stream, which is surely alive then: records the fence another stream
- * asked for. A CUDA call on a free, only when another stream wants c's blocks. Under c's lock;
- * failures only mean no fence this time. */
-static void record_fence(spool__scache *c, cudaStream_t stream) {
-  c->fence_wanted = false;
-  if (!c->fence && cudaEventCreateWithFlags(&c->fence, cudaEventDisableTiming) != cudaSuccess) {
-    spool__clear_cuda_error();
-    c->fence = NULL;
-    return;
+/* A chunk from the pool for a block of need bytes: the band's chunk, or near a limit just the
+ * block (a request that fits what the device or max_size allows never fails for rounding).
+ * The out-of-memory policy runs on the second. On SPOOL_ERR_OOM the policy has flushed every
+ * front into the heap, so the heap is asked once more: what an OOM handler freed is there. */
+static spool_status new_chunk(spool_pool *p, spool__scache *c, uint64_t need,
+                              cudaStream_t stream, spool__block **out) {
+  uint64_t bytes = spool__chunk_size(need);
+  void *u = NULL;
+  cudaError_t err = cudaMallocFromPoolAsync(&u, bytes, p->handle, stream);
+  spool_status s = SPOOL_OK;
+  if (err != cudaSuccess && err != cudaErrorMemoryAllocation) {
+    char a[SPOOL__SIZE_TEXT];
+    return spool__fail_cuda(err, "cudaMallocFromPoolAsync", "%s: a heap chunk of %s on stream "
+                            "%p, device %d", ALLOC, spool__format_size(bytes, a),
+                            (void *)stream, p->device);
   }
-  if (cudaEventRecord(c->fence, stream) != cudaSuccess) {
+  if (err != cudaSuccess) {
     spool__clear_cuda_error();
-    return;
+    bytes = need;
+    s = spool__pool_alloc(p, &u, (size_t)need, stream);
   }
-  c->fence_tick = c->tick;
-  c->fence_pending = true;
-}
-
-/* A block of class cls that another stream cached and is done with, or false. */
-static bool steal(spool_pool *p, const spool__scache *self, unsigned cls, spool__buffer *out) {
-  bool got = false;
-  char message[SPOOL__MESSAGE];
-  spool__save_error(message); /* the fence's failures are not the allocation's */
   pthread_mutex_lock(&p->lock);
-  for (spool__scache *c = p->caches; c && !got; c = c->next) {
-    if (c == self) continue;
-    lock(c); /* take_fenced reads the bin under the lock: no peeking at another thread's bins */
-    got = take_fenced(p, c, cls, out);
-    unlock(c);
-  }
+  if (s == SPOOL_ERR_OOM) *out = spool__heap_fit(p, &c->pend, need);
+  else if (s == SPOOL_OK) *out = spool__heap_add_chunk(p, &c->pend, (uintptr_t)u, bytes, need);
   pthread_mutex_unlock(&p->lock);
-  spool__restore_error(message);
-  return got;
+  if (s == SPOOL_ERR_OOM) return *out ? SPOOL_OK : s;
+  if (s == SPOOL_OK && !*out) {
+    s = spool__fail(SPOOL_ERR_HOST_OOM, "%s: no host memory for the records of a new heap "
+                    "chunk", ALLOC);
+    err = cudaFreeAsync(u, stream);
+    if (err != cudaSuccess) spool__also_failed(s, err, "giving the chunk back");
+  }
+  return s;
 }
 
-/* Enters a block new to c (from the pool or another stream) as the caller's buffer: a miss,
- * since the stream's own cache could not serve it. */
-static spool_status adopt_live(spool_pool *p, spool__scache *c, const spool__buffer *from,
-                               size_t size, cudaStream_t stream, const spool__site *site) {
-  spool__buffer b = *from;
+/* Enters the heap block blk in c's table as the caller's buffer. Under the pool's lock; on
+ * failure the block goes back into the heap. */
+static spool_status adopt_locked(spool_pool *p, spool__scache *c, spool__block *blk, size_t size,
+                                 cudaStream_t stream, const spool__site *site) {
+  spool__buffer b = {.ptr = blk->addr, .bytes = blk->bytes, .blk = blk};
+  spool__grave_forget(&p->graves, b.ptr); /* the address is live again */
   lock(c);
   spool_status s = spool__table_insert(&c->blocks, &b);
   if (s == SPOOL_OK) {
@@ -443,36 +443,56 @@ static spool_status adopt_live(spool_pool *p, spool__scache *c, const spool__buf
     make_live(p, c, spool__table_lookup(&c->blocks, b.ptr), size, stream, site);
   }
   unlock(c);
+  if (s != SPOOL_OK) spool__heap_release(p, &c->pend, blk);
   return s;
 }
 
-static spool_status miss(spool_pool *p, spool__scache *c, void **ptr, size_t size,
-                         cudaStream_t stream, const spool__site *site) {
-  unsigned cls = class_of(size);
-  spool__buffer b = {.bytes = class_bytes(cls), .cls = (uint16_t)cls};
-  bool stolen = steal(p, c, cls, &b);
-  void *u = (void *)b.ptr;
-  spool_status s = stolen ? SPOOL_OK : spool__pool_alloc(p, &u, (size_t)b.bytes, stream);
-  if (s != SPOOL_OK) return s;
-  b.ptr = (uintptr_t)u;
-  s = spool__poison_new(p, u, size, stream);
-  if (s == SPOOL_OK) s = adopt_live(p, c, &b, size, stream, site);
-  if (s != SPOOL_OK) {
-    cudaError_t err = cudaFreeAsync(u, stream); /* the caller never sees it */
-    if (err != cudaSuccess) spool__also_failed(s, err, "giving the block back");
-    return s;
-  }
-  if (!stolen) {
-    pthread_mutex_lock(&p->lock); /* the address is live again */
-    spool__grave_forget(&p->graves, b.ptr);
-    pthread_mutex_unlock(&p->lock);
-  }
-  *ptr = u;
-  return SPOOL_OK;
+/* The same for a block placed outside the lock (a new chunk, poisoning): takes it, or gives the
+ * block back when poisoning failed (s). */
+static spool_status adopt(spool_pool *p, spool__scache *c, spool__block *blk, size_t size,
+                          cudaStream_t stream, const spool__site *site, spool_status s) {
+  pthread_mutex_lock(&p->lock);
+  if (s == SPOOL_OK) s = adopt_locked(p, c, blk, size, stream, site);
+  else spool__heap_release(p, &c->pend, blk);
+  pthread_mutex_unlock(&p->lock);
+  return s;
 }
 
-/* The stream must be of the pool's device (issue 6): asked once per cache for a created stream,
- * whose device never changes, and every time for the handles that mean "the current device's
+/* A front miss: the front's stale blocks go into the heap, and the heap serves the request
+ * (from the stream's own free ranges, the shared ones, those another stream's fence has just
+ * made shared, the rest of the front merged in, or a new chunk). */
+static SPOOL__NOINLINE spool_status miss(spool_pool *p, spool__scache *c, void **ptr,
+                                         size_t size, cudaStream_t stream,
+                                         const spool__site *site) {
+  uint64_t need = ((uint64_t)size + SPOOL__MIN_BLOCK - 1) / SPOOL__MIN_BLOCK * SPOOL__MIN_BLOCK;
+  pthread_mutex_lock(&p->lock);
+  if (c->tick - c->spilled_at >= FRONT_AGE / 4) { /* a walk of the front: not every miss */
+    front_spill(p, c, FRONT_AGE);
+    c->spilled_at = c->tick;
+  }
+  spool__heap_stream_op(p, &c->pend, stream);
+  spool__block *blk = spool__heap_fit(p, &c->pend, need);
+  if (!blk && spool__heap_publish_ready(p)) blk = spool__heap_fit(p, &c->pend, need);
+  if (!blk && c->front_blocks) { /* before a new chunk: the rest of the front may merge */
+    front_spill(p, c, 0);
+    blk = spool__heap_fit(p, &c->pend, need);
+  }
+  spool__heap_idle(p, &c->pend, stream);
+  spool_status s = SPOOL_OK;
+  bool taken = blk && !p->cfg.poison; /* the common case: one critical section */
+  if (taken) s = adopt_locked(p, c, blk, size, stream, site);
+  pthread_mutex_unlock(&p->lock);
+  if (!taken) {
+    if (!blk) s = new_chunk(p, c, need, stream, &blk);
+    if (s != SPOOL_OK) return s;
+    s = adopt(p, c, blk, size, stream, site, spool__poison_new(p, (void *)blk->addr, size, stream));
+  }
+  if (s == SPOOL_OK) *ptr = (void *)blk->addr;
+  return s;
+}
+
+/* The stream must be of the pool's device: asked once per front for a created stream, whose
+ * device never changes, and every time for the handles that mean "the current device's
  * stream". */
 static inline spool_status device_ok(spool_pool *p, spool__scache *c, cudaStream_t stream) {
   bool special = spool__current_device_stream(stream);
@@ -496,73 +516,76 @@ bool spool__cache_alloc(spool_pool *p, void **ptr, size_t size, cudaStream_t str
   }
   *s = device_ok(p, c, stream); /* after the capture check: it would break a capture */
   if (*s != SPOOL_OK) return true;
-  unsigned cls = class_of(size);
   held h = enter(c);
-  uintptr_t u = pop(c, cls);
-  if (u && !p->cfg.poison) take_hit(p, c, spool__table_lookup(&c->blocks, u), size, stream, site);
+  unsigned cls = spool__class_of(size);
+  c->last_cls = cls;
+  spool__buffer *b = pop(c, cls, size);
+  uintptr_t u = b ? b->ptr : 0;
+  if (b && !p->cfg.poison) take_hit(p, c, b, size, stream, site);
   leave(c, h);
-  if (u && p->cfg.poison) *s = hit_poisoned(p, c, u, size, stream, site);
-  else if (!u) *s = miss(p, c, ptr, size, stream, site);
-  if (u && *s == SPOOL_OK) *ptr = (void *)u;
+  if (b && p->cfg.poison) *s = hit_poisoned(p, c, b, size, stream, site);
+  else if (!b) *s = miss(p, c, ptr, size, stream, site);
+  if (b && *s == SPOOL_OK) *ptr = (void *)u;
   return true;
 }
 
 /* ---- free --------------------------------------------------------------------------------- */
 
-static inline void count_free(spool_pool *p, spool__scache *c, uint64_t size) {
+static SPOOL__INLINE void count_free(spool_pool *p, spool__scache *c, uint64_t size) {
   c->c.frees++;
   c->c.bytes_in_use -= size;
   c->c.buffers_in_use--;
   after_op(p, c);
 }
 
-/* Under c's lock: the live block b, freed on stream (c's), goes into c's bin. False when the
- * bin cannot grow. */
-static inline bool to_bin(spool_pool *p, spool__scache *c, spool__buffer *b, cudaStream_t stream,
-                   const spool__site *site) {
-  if (!bin_push(&c->bins[b->cls], b->ptr)) return false;
+/* Whether c's front takes one more block b: within front_limit, or, into an empty front, a
+ * block of the size the stream allocated last (a loop of one size, however large, stays on the
+ * hit path; a stream of ever-changing sizes does not hold a large block idle). */
+static SPOOL__INLINE bool front_admits(const spool_pool *p, const spool__scache *c,
+                                       const spool__buffer *b) {
+  return c->c.bytes_cached + b->bytes <= p->cfg.front_limit ||
+         (c->front_blocks == 0 && spool__class_of(b->size) == c->last_cls);
+}
+
+/* Under c's lock: the live block b, freed on c's stream, goes into the front bin of the size it
+ * was asked for (a repeat of that size finds it). False when the bin cannot grow. */
+static SPOOL__INLINE bool to_bin(spool_pool *p, spool__scache *c, spool__buffer *b,
+                          const spool__site *site) {
+  unsigned cls = spool__class_of(b->size);
+  if (!bin_push(c, cls, b->ptr)) return false;
+  b->cls = (uint16_t)cls;
   b->state = SPOOL__CACHED;
   b->died = *site;
   b->tick = ++c->tick;
-  if (c->fence_wanted && !c->fence_pending) record_fence(c, stream);
   c->c.bytes_cached += b->bytes;
   count_free(p, c, b->size);
   return true;
 }
 
-/* Under c's lock, for a live block that does not simply go into the bin (poisoning, the limit,
- * no host memory): poisons it, then caches it or gives it to the pool. On success with the pool,
- * *gone is the record to bury once the lock is dropped. */
-static spool_status release_slow(spool_pool *p, spool__scache *c, spool__buffer *b,
-                                 cudaStream_t stream, const spool__site *site,
-                                 spool__buffer *gone, bool *buried) {
-  spool_status s = spool__poison_freed(p, (void *)b->ptr, (size_t)b->size, stream);
-  if (s != SPOOL_OK) return s;
-  if (!over_limit(p, c, b->bytes) && to_bin(p, c, b, stream, site)) return SPOOL_OK;
-  cudaError_t err = cudaFreeAsync((void *)b->ptr, stream);
-  if (err != cudaSuccess) {
-    char size[SPOOL__SIZE_TEXT];
-    return spool__fail_cuda(err, "cudaFreeAsync", "%s: %p (%s, allocation #%" PRIu64 ") on "
-                            "stream %p; it stays allocated%s", FREE, (void *)b->ptr,
-                            spool__format_size(b->size, size), b->seq, (void *)stream,
-                            p->cfg.poison ? ", but its contents are already overwritten with "
-                                            "0xDD" : "");
-  }
-  spool__table_remove(&c->blocks, b->ptr, gone);
-  gone->died = *site;
-  count_free(p, c, gone->size);
-  *buried = true;
-  return SPOOL_OK;
+/* Under c's lock, held as h (left here): the live block b goes into the heap, pending on c's
+ * stream. With the pool's lock held (pool_locked) it is taken no second time. */
+static void to_heap(spool_pool *p, spool__scache *c, spool__buffer *b, cudaStream_t stream,
+                    const spool__site *site, held h, bool pool_locked) {
+  spool__buffer gone;
+  spool__table_remove(&c->blocks, b->ptr, &gone);
+  gone.died = *site;
+  count_free(p, c, gone.size);
+  leave(c, h);
+  if (!pool_locked) pthread_mutex_lock(&p->lock);
+  spool__grave_bury(&p->graves, &gone);
+  spool__heap_release(p, &c->pend, gone.blk);
+  spool__heap_stream_op(p, &c->pend, stream);
+  if (!pool_locked) pthread_mutex_unlock(&p->lock);
 }
 
-/* free_live's rare cases: capture, poisoning, the limit, no host memory. */
+/* free_live's rare cases: capture, poisoning, a full front, no host memory. */
 static SPOOL__NOINLINE spool_status free_live_slow(spool_pool *p, spool__scache *c,
                                                   spool__buffer *b, cudaStream_t stream,
                                                   const spool__site *site, bool capturing,
                                                   held h, bool pool_locked) {
   if (capturing) {
     /* CUDA refuses to free in a graph what the graph did not allocate, and the refusal breaks
-     * the capture; a cache would hand the block out before the graph ever ran. */
+     * the capture; the heap would hand the block out before the graph ever ran. */
     leave(c, h);
     return spool__fail(SPOOL_ERR_INVALID,
                        "%s: %p was allocated outside the capture that stream %p is in; freeing "
@@ -570,31 +593,33 @@ static SPOOL__NOINLINE spool_status free_live_slow(spool_pool *p, spool__scache 
                        "allocated): free it after cudaStreamEndCapture; nothing was freed", FREE,
                        (void *)b->ptr, (void *)stream);
   }
-  spool__buffer gone;
-  bool buried = false;
-  spool_status s = release_slow(p, c, b, stream, site, &gone, &buried);
-  leave(c, h);
-  if (buried && pool_locked) spool__grave_bury(&p->graves, &gone);
-  else if (buried) spool__bury(p, &gone, site);
-  return s;
+  spool_status s = spool__poison_freed(p, (void *)b->ptr, (size_t)b->size, stream);
+  if (s != SPOOL_OK) {
+    leave(c, h);
+    return s;
+  }
+  if (front_admits(p, c, b) && to_bin(p, c, b, site)) {
+    leave(c, h);
+    return SPOOL_OK;
+  }
+  to_heap(p, c, b, stream, site, h, pool_locked);
+  return SPOOL_OK;
 }
 
-/* Frees the live block b of c's table. c is held as h; leaves it. With the pool's lock held
- * (pool_locked), the record of a block given to the pool is buried at once. */
-static inline spool_status free_live(spool_pool *p, spool__scache *c, spool__buffer *b,
+/* Frees the live block b of c's table. c is held as h; leaves it. */
+static SPOOL__INLINE spool_status free_live(spool_pool *p, spool__scache *c, spool__buffer *b,
                                      cudaStream_t stream, const spool__site *site,
                                      bool capturing, held h, bool pool_locked) {
-  if (!capturing && !p->cfg.poison && !over_limit(p, c, b->bytes) &&
-      to_bin(p, c, b, stream, site)) {
+  if (!capturing && !p->cfg.poison && front_admits(p, c, b) && to_bin(p, c, b, site)) {
     leave(c, h);
     return SPOOL_OK;
   }
   return free_live_slow(p, c, b, stream, site, capturing, h, pool_locked);
 }
 
-/* Capture state of the freeing stream (capture_check=on). Every block a cache holds was
- * allocated outside any capture (captures bypass the caches), so a cached buffer freed inside
- * one must be refused: taken into the bin, it would be handed out again before the graph ever
+/* Capture state of the freeing stream (capture_check=on). Every block the heap holds was
+ * allocated outside any capture (captures bypass the heap), so a heap buffer freed inside one
+ * must be refused: taken into the front, it would be handed out again before the graph ever
  * ran, and each replay would write into its next owner's data. That costs a second driver call
  * per pair; capture_check=off drops both. */
 static spool_status free_capturing(const spool_pool *p, cudaStream_t stream, bool *capturing) {
@@ -603,7 +628,7 @@ static spool_status free_capturing(const spool_pool *p, cudaStream_t stream, boo
   return spool__stream_capturing(stream, capturing, FREE);
 }
 
-/* The freeing stream's cache, and whether that stream is being captured. */
+/* The freeing stream's front, and whether that stream is being captured. */
 static inline spool_status freeing_cache(spool_pool *p, cudaStream_t stream, spool__scache **c,
                                          bool *capturing) {
   spool_status s = cache_of(p, stream, c, FREE);
@@ -628,7 +653,7 @@ spool__free_result spool__cache_free(spool_pool *p, void *ptr, cudaStream_t stre
   return SPOOL__FREE_DONE;
 }
 
-/* Takes ptr's live record out of whichever other cache holds it. Under the pool's lock. */
+/* Takes ptr's live record out of whichever other front holds it. Under the pool's lock. */
 static spool__free_result take_from_other(spool_pool *p, const spool__scache *self, uintptr_t u,
                                           spool__buffer *out) {
   spool__free_result r = SPOOL__FREE_PASS;
@@ -641,7 +666,7 @@ static spool__free_result take_from_other(spool_pool *p, const spool__scache *se
       r = SPOOL__FREE_CACHED;
     } else if (b) {
       spool__table_remove(&c->blocks, u, out);
-      c->c.bytes_in_use -= out->size; /* the freeing stream's cache takes it over */
+      c->c.bytes_in_use -= out->size; /* the freeing stream's front takes it over */
       c->c.buffers_in_use--;
       after_op(p, c);
       r = SPOOL__FREE_DONE;
@@ -652,7 +677,7 @@ static spool__free_result take_from_other(spool_pool *p, const spool__scache *se
 }
 
 /* The move and the free happen under the pool's lock, so that a concurrent free of the same
- * pointer finds it either live in its first cache or freed in the second (a double free), and
+ * pointer finds it either live in its first front or freed in the second (a double free), and
  * a stats snapshot never sees it in neither. */
 spool__free_result spool__cache_free_moved(spool_pool *p, void *ptr, cudaStream_t stream,
                                            const spool__site *site, spool_status *s,
@@ -674,11 +699,13 @@ spool__free_result spool__cache_free_moved(spool_pool *p, void *ptr, cudaStream_
       *s = free_live(p, c, spool__table_lookup(&c->blocks, b.ptr), stream, site, capturing,
                      HELD_LOCK, true);
     } else {
+      /* No host memory to keep the record: the block goes into the heap without it. */
+      c->c.frees++;
       unlock(c);
-      /* No host memory to keep the record: the block goes to the pool, unrecorded. */
-      cudaError_t err = cudaFreeAsync(ptr, stream);
-      if (err != cudaSuccess) spool__also_failed(*s, err, "freeing it uncached");
-      else *s = SPOOL_OK;
+      b.died = *site;
+      spool__grave_bury(&p->graves, &b);
+      spool__heap_release(p, &c->pend, b.blk);
+      *s = SPOOL_OK;
     }
   }
   pthread_mutex_unlock(&p->lock);
@@ -732,11 +759,12 @@ void spool__cache_sum(spool_pool *p, spool__cache_counters *cc) {
   pthread_mutex_lock(&p->lock);
   for (spool__scache *c = p->caches; c; c = c->next) {
     lock(c);
-    publish(p, c, true);
+    publish(p, c);
     const spool__cache_counters *k = &c->c;
     cc->bytes_in_use += k->bytes_in_use;
     cc->buffers_in_use += k->buffers_in_use;
     cc->bytes_cached += k->bytes_cached;
+    cc->bytes_front += k->bytes_cached;
     cc->allocs += k->allocs;
     cc->frees += k->frees;
     cc->bytes_allocated += k->bytes_allocated;
@@ -745,6 +773,7 @@ void spool__cache_sum(spool_pool *p, spool__cache_counters *cc) {
     cc->flushes += k->flushes;
     unlock(c);
   }
+  cc->bytes_cached += p->heap.free_bytes;
   pthread_mutex_unlock(&p->lock);
 }
 
@@ -759,76 +788,69 @@ void spool__live_totals(spool_pool *p, uint64_t *bytes, uint64_t *buffers) {
 
 void spool__cache_reset_peaks(spool_pool *p) {
   spool__cache_counters ignored;
-  spool__cache_sum(p, &ignored); /* publishes every cache */
+  spool__cache_sum(p, &ignored); /* publishes every front */
   atomic_store(&p->peak_bytes, atomic_load(&p->total_bytes));
   atomic_store(&p->peak_buffers, atomic_load(&p->total_buffers));
 }
 
-/* ---- flushes --------------------------------------------------------------------------------- */
-
-/* Gives c's cached blocks back to the pool on stream fs. Under the pool's lock (it buries
- * them). Stops at the first failure, which leaves that block cached. */
-static spool_status flush_on(spool_pool *p, spool__scache *c, cudaStream_t fs, const char *ctx) {
-  spool_status s = SPOOL_OK;
-  uint64_t given = 0;
-  lock(c);
-  for (unsigned cls = 0; cls < SPOOL__CLASSES && s == SPOOL_OK; cls++) {
-    spool__bin *bin = &c->bins[cls];
-    while (bin->count && s == SPOOL_OK) {
-      uintptr_t u = bin->ptrs[bin->count - 1];
-      cudaError_t err = cudaFreeAsync((void *)u, fs);
-      if (err != cudaSuccess) {
-        s = spool__fail_cuda(err, "cudaFreeAsync", "%s: giving back the blocks cached for "
-                             "stream %p", ctx, (void *)c->stream);
-        break;
-      }
-      bin->count--;
-      spool__buffer b;
-      spool__table_remove(&c->blocks, u, &b);
-      c->c.bytes_cached -= b.bytes;
-      spool__grave_bury(&p->graves, &b);
-      given++;
-    }
+void spool__cache_each_stream(spool_pool *p, void (*fn)(const spool__stream_idle *, void *),
+                              void *arg) {
+  pthread_mutex_lock(&p->lock);
+  for (spool__scache *c = p->caches; c; c = c->next) {
+    lock(c);
+    spool__stream_idle idle = {c->stream, c->thread, c->c.bytes_cached,
+                               spool__heap_pending_bytes(&c->pend), c->c.bytes_in_use};
+    unlock(c);
+    fn(&idle, arg);
   }
-  if (given) c->c.flushes++;
-  publish(p, c, false);
-  unlock(c);
-  return s;
+  pthread_mutex_unlock(&p->lock);
 }
 
-static bool anything_cached(spool_pool *p) {
+/* ---- flushes --------------------------------------------------------------------------------- */
+
+/* Under the pool's lock: c's front into the heap. */
+static void flush_front(spool_pool *p, spool__scache *c) {
+  if (c->front_blocks) c->c.flushes++;
+  front_spill(p, c, 0);
+}
+
+/* Whether a flush would give anything back: a front block, or a chunk with no used block. A
+ * flush synchronizes the device, which invalidates any capture on it: never for nothing. */
+static bool anything_held(spool_pool *p) {
+  if (spool__heap_has_free_chunk(p)) return true;
   bool any = false;
   for (spool__scache *c = p->caches; c && !any; c = c->next) {
     lock(c);
-    any = c->c.bytes_cached > 0;
+    any = c->front_blocks > 0;
     unlock(c);
   }
   return any;
 }
 
-/* Under the pool's lock, on its device. The caches' streams are never touched: users destroy
- * streams without telling spool. Once the device is idle no stream's work can still use a
- * cached block, and this thread's per-thread stream may free them all; waiting for it makes
- * the memory the pool's again before the caller trims. */
+/* Under the pool's lock, on its device. The fronts' streams are never touched: users destroy
+ * streams without telling spool. Once the device is idle no stream's work can still use a free
+ * block, every pending range is shared, and this thread's per-thread stream may give every
+ * all-free chunk back; waiting for it makes the memory the pool's again before the caller
+ * trims. */
 static spool_status flush_locked(spool_pool *p, const char *ctx) {
   cudaError_t err = cudaDeviceSynchronize();
   if (err != cudaSuccess)
-    return spool__fail_cuda(err, "cudaDeviceSynchronize", "%s: before giving the cached blocks "
-                            "back (they stay cached)", ctx);
-  spool_status s = SPOOL_OK;
-  for (spool__scache *c = p->caches; c && s == SPOOL_OK; c = c->next)
-    s = flush_on(p, c, cudaStreamPerThread, ctx);
+    return spool__fail_cuda(err, "cudaDeviceSynchronize", "%s: before giving the heap's free "
+                            "chunks back (they stay in the heap)", ctx);
+  for (spool__scache *c = p->caches; c; c = c->next) flush_front(p, c);
+  spool__heap_publish_all(p);
+  spool_status s = spool__heap_free_empty(p, NULL, cudaStreamPerThread, 0, ctx);
   err = cudaStreamSynchronize(cudaStreamPerThread);
   if (err != cudaSuccess && s == SPOOL_OK)
-    s = spool__fail_cuda(err, "cudaStreamSynchronize", "%s: after giving the cached blocks back",
-                         ctx);
+    s = spool__fail_cuda(err, "cudaStreamSynchronize", "%s: after giving the heap's free "
+                         "chunks back", ctx);
   return s;
 }
 
 spool_status spool__cache_flush_all(spool_pool *p, const char *ctx) {
   pthread_mutex_lock(&p->lock);
   spool_status s = SPOOL_OK;
-  if (anything_cached(p)) {
+  if (anything_held(p)) {
     int saved = 0;
     s = spool__device_enter(p->device, &saved, ctx);
     if (s == SPOOL_OK) s = spool__device_leave(p->device, saved, flush_locked(p, ctx), ctx);
@@ -838,19 +860,46 @@ spool_status spool__cache_flush_all(spool_pool *p, const char *ctx) {
 }
 
 static void destroy_one(spool__scache *c) {
-  if (c->fence && cudaEventDestroy(c->fence) != cudaSuccess) spool__clear_cuda_error();
+  if (c->pend.fence && cudaEventDestroy(c->pend.fence) != cudaSuccess)
+    spool__clear_cuda_error();
   spool__table_free(&c->blocks);
   for (unsigned i = 0; i < SPOOL__CLASSES; i++) free(c->bins[i].ptrs);
   free(c);
 }
 
-spool_status spool__cache_destroy(spool_pool *p) {
-  spool_status s = spool__cache_flush_all(p, "spool_pool_destroy");
+/* Under the pool's lock, on its device: every chunk goes back, with any leaked buffer in it
+ * (the leak report has named them), once the device is idle. */
+static spool_status heap_destroy_locked(spool_pool *p, bool leaks_freed, const char *ctx) {
+  cudaError_t err = cudaDeviceSynchronize();
+  if (err != cudaSuccess) spool__clear_cuda_error(); /* the free chunks go back all the same */
+  spool_status s = spool__heap_destroy(p, cudaStreamPerThread, leaks_freed && err == cudaSuccess,
+                                       ctx);
+  err = cudaStreamSynchronize(cudaStreamPerThread);
+  if (err != cudaSuccess && s == SPOOL_OK)
+    s = spool__fail_cuda(err, "cudaStreamSynchronize", "%s: after giving the heap's chunks "
+                         "back", ctx);
+  return s;
+}
+
+spool_status spool__cache_destroy(spool_pool *p, bool leaks_freed) {
+  static const char ctx[] = "spool_pool_destroy";
+  spool_status s = spool__cache_flush_all(p, ctx);
+  pthread_mutex_lock(&p->lock);
+  if (p->heap.chunks) {
+    int saved = 0;
+    spool_status hs = spool__device_enter(p->device, &saved, ctx);
+    if (hs == SPOOL_OK)
+      hs = spool__device_leave(p->device, saved, heap_destroy_locked(p, leaks_freed, ctx), ctx);
+    if (s == SPOOL_OK) s = hs;
+  } else {
+    (void)spool__heap_destroy(p, cudaStreamPerThread, false, ctx); /* records only */
+  }
   while (p->caches) {
     spool__scache *c = p->caches;
     p->caches = c->next;
     destroy_one(c);
   }
+  pthread_mutex_unlock(&p->lock);
   return s;
 }
 
@@ -868,17 +917,18 @@ spool_status spool_stream_release(spool_pool *pool, cudaStream_t stream) {
   if (c && s == SPOOL_OK && capturing)
     s = spool__fail(SPOOL_ERR_INVALID, "%s: stream %p is being captured into a graph; release "
                     "it after the capture ends", ctx, (void *)stream);
-  if (c && s == SPOOL_OK) s = flush_on(pool, c, stream, ctx);
   if (c && s == SPOOL_OK) {
-    lock(c);
-    cudaEvent_t fence = c->fence;
-    c->fence = NULL;
-    c->fence_pending = false;
-    unlock(c);
-    cudaError_t err = fence ? cudaEventDestroy(fence) : cudaSuccess;
-    if (err != cudaSuccess)
-      s = spool__fail_cuda(err, "cudaEventDestroy", "%s: the fence of stream %p", ctx,
-                           (void *)stream);
+    /* The caller is done with the stream: once its work is done, what it freed is every
+     * stream's, and every all-free chunk goes back on it now. */
+    flush_front(pool, c);
+    cudaError_t err = cudaStreamSynchronize(stream);
+    if (err != cudaSuccess) {
+      s = spool__fail_cuda(err, "cudaStreamSynchronize", "%s: stream %p (what it freed stays "
+                           "its own in the heap)", ctx, (void *)stream);
+    } else {
+      spool__heap_publish_own(pool, &c->pend);
+      s = spool__heap_free_empty(pool, NULL, stream, 0, ctx);
+    }
   }
   pthread_mutex_unlock(&pool->lock);
   return s;

@@ -163,14 +163,28 @@ static void spool__int_format(const spool__key *key, const spool_config *cfg, sp
 #define SPOOL__STR2(x) #x
 #define SPOOL__STR(x) SPOOL__STR2(x)
 
-static int spool__retries_parse(const spool__key *key, spool__span v, spool_config *cfg,
-                                char *why, size_t why_len) {
+/* An unsigned field from a count of at most max. */
+static int spool__unsigned_parse(const spool__key *key, spool__span v, unsigned long max,
+                                 spool_config *cfg, char *why, size_t why_len) {
   unsigned long x;
   unsigned u;
-  if (spool__parse_count(v, SPOOL__OOM_RETRIES_MAX, &x, why, why_len) != 0) return -1;
+  if (spool__parse_count(v, max, &x, why, why_len) != 0) return -1;
   u = (unsigned)x;
   memcpy(spool__field(key, cfg), &u, sizeof u);
   return 0;
+}
+
+static int spool__retries_parse(const spool__key *key, spool__span v, spool_config *cfg,
+                                char *why, size_t why_len) {
+  return spool__unsigned_parse(key, v, SPOOL__OOM_RETRIES_MAX, cfg, why, why_len);
+}
+
+/* chunk_idle: a count of heap allocations; a million is far past any useful wait. */
+#define SPOOL__CHUNK_IDLE_MAX 1000000
+
+static int spool__idle_parse(const spool__key *key, spool__span v, spool_config *cfg,
+                             char *why, size_t why_len) {
+  return spool__unsigned_parse(key, v, SPOOL__CHUNK_IDLE_MAX, cfg, why, why_len);
 }
 
 static void spool__uint_format(const spool__key *key, const spool_config *cfg, spool__writer *w) {
@@ -369,6 +383,9 @@ static const spool__type spool__type_peers = {"a list of device ordinals such as
 static const spool__type spool__type_retries = {
     "an integer from 0 to " SPOOL__STR(SPOOL__OOM_RETRIES_MAX), spool__retries_parse,
     spool__uint_format};
+static const spool__type spool__type_idle = {
+    "an integer from 0 to " SPOOL__STR(SPOOL__CHUNK_IDLE_MAX), spool__idle_parse,
+    spool__uint_format};
 static const spool__type spool__type_path = {
     "a file path or \"\" (in double quotes if it has ',' or '#')",
     spool__string_parse, spool__string_format};
@@ -408,15 +425,17 @@ static const spool__key spool__keys[] = {
     {"poison", &spool__type_bool, SPOOL__AT(poison), NULL,
      "fill new buffers with 0xA5 and freed ones with 0xDD"},
     {"cache", &spool__type_bool, SPOOL__AT(cache), NULL,
-     "per-stream caches of freed blocks in front of the pool"},
-    {"cache_limit", &spool__type_size, SPOOL__AT(cache_limit), NULL,
-     "most bytes all stream caches together hold"},
-    {"cache_max_block", &spool__type_size, SPOOL__AT(cache_max_block), NULL,
-     "largest allocation the caches serve; larger ones go to the pool"},
+     "the stream-ordered heap in front of the pool (off: every call goes to the pool)"},
+    {"front_limit", &spool__type_size, SPOOL__AT(front_limit), NULL,
+     "bytes of freed blocks each stream keeps ready for a repeat of their size"},
+    {"heap_max_block", &spool__type_size, SPOOL__AT(heap_max_block), NULL,
+     "largest allocation the heap serves; larger ones go to the pool"},
+    {"chunk_idle", &spool__type_idle, SPOOL__AT(chunk_idle), NULL,
+     "heap allocations an all-free chunk waits before it goes back to the pool"},
     {"capture_check", &spool__type_bool, SPOOL__AT(capture_check), NULL,
-     "ask whether the stream is being captured before using its cache"},
+     "ask whether the stream is being captured before using the heap"},
     {"cache_owner", &spool__type_bool, SPOOL__AT(cache_owner), NULL,
-     "a stream's cache used by one thread takes no lock on that thread's path"},
+     "a stream's front used by one thread takes no lock on that thread's path"},
     {"ipc", &spool__type_choice, SPOOL__AT(ipc), spool__ipc_choices, /* issue 6 */
      "none, or posix_fd: the pool can be shared with other processes"},
 };
@@ -513,11 +532,23 @@ static spool_status spool__bad(const spool__parser *p, const char *fmt, ...) {
   return spool__fail(SPOOL_ERR_CONFIG, "%s line %u: %s", p->src->name, p->line, detail);
 }
 
+/* Keys of earlier versions, refused with the keys that replaced them: a config written for
+ * the size-class caches must not run silently on defaults it did not choose. */
+static const char *const spool__retired[][2] = {
+    {"cache_limit", "the caches became a heap that gives memory back by itself; bound what "
+                    "each stream keeps ready with front_limit, and how long free chunks wait "
+                    "with chunk_idle"},
+    {"cache_max_block", "use heap_max_block (the largest allocation the heap serves)"},
+};
+
 static spool_status spool__unknown_key(const spool__parser *p, spool__span name) {
   char q[SPOOL__QUOTE], list[1024];
   const spool__key *near = spool__nearest_key(name);
   spool__writer w;
   size_t i;
+  for (i = 0; i < sizeof spool__retired / sizeof spool__retired[0]; i++)
+    if (spool__same(name, spool__retired[i][0]))
+      return spool__bad(p, "key '%s' is gone: %s", spool__retired[i][0], spool__retired[i][1]);
   if (near != NULL)
     return spool__bad(p, "unknown key '%s' (did you mean '%s'?)", spool__quote(name, q),
                       near->name);
@@ -629,8 +660,9 @@ void spool_config_init(spool_config *cfg) {
   cfg->oom_retries = 2;
   cfg->poison = false;
   cfg->cache = true;
-  cfg->cache_limit = SPOOL_CACHE_LIMIT_DEFAULT;
-  cfg->cache_max_block = SPOOL_CACHE_MAX_BLOCK_DEFAULT;
+  cfg->front_limit = SPOOL_FRONT_LIMIT_DEFAULT;
+  cfg->heap_max_block = SPOOL_HEAP_MAX_BLOCK_LIMIT;
+  cfg->chunk_idle = SPOOL_CHUNK_IDLE_DEFAULT;
   cfg->capture_check = true;
   cfg->cache_owner = true;
   cfg->ipc = SPOOL_IPC_NONE; /* issue 6 */
@@ -829,12 +861,15 @@ spool_status spool_config_validate(const spool_config *cfg) {
     return spool__fail(SPOOL_ERR_CONFIG, "config: oom_retries is %u (expected 0 to %d)",
                        cfg->oom_retries, SPOOL__OOM_RETRIES_MAX);
   if ((st = spool__validate_report(cfg)) != SPOOL_OK) return st;
-  if (cfg->cache_max_block > SPOOL_CACHE_MAX_BLOCK_LIMIT) {
+  if (cfg->heap_max_block > SPOOL_HEAP_MAX_BLOCK_LIMIT) {
     char have[SPOOL__SIZE_TEXT];
-    return spool__fail(SPOOL_ERR_CONFIG, "config: cache_max_block is %s (expected at most 1 "
+    return spool__fail(SPOOL_ERR_CONFIG, "config: heap_max_block is %s (expected at most 1 "
                        "TiB; larger blocks are better served by the pool itself)",
-                       spool__format_size(cfg->cache_max_block, have));
+                       spool__format_size(cfg->heap_max_block, have));
   }
+  if (cfg->chunk_idle > SPOOL__CHUNK_IDLE_MAX)
+    return spool__fail(SPOOL_ERR_CONFIG, "config: chunk_idle is %u (expected 0 to %d)",
+                       cfg->chunk_idle, SPOOL__CHUNK_IDLE_MAX);
   if ((st = spool__ipc_validate(cfg)) != SPOOL_OK) return st; /* issue 6 */
   /* max_size has no lower bound here: CUDA rounds it to its granularity, and any floor spool
    * picked would be a guess. Whether CUDA can honour it is spool_pool_create's question. */

@@ -12,7 +12,9 @@
 #if defined(__GNUC__)
 #define SPOOL__PRINTF(f, a) __attribute__((format(printf, f, a)))
 #define SPOOL__NOINLINE __attribute__((noinline))
+#define SPOOL__INLINE inline __attribute__((always_inline))
 #else
+#define SPOOL__INLINE inline
 #define SPOOL__PRINTF(f, a)
 #define SPOOL__NOINLINE
 #endif
@@ -92,12 +94,13 @@ typedef struct spool__buffer {
   spool__site born;     /* where it was allocated (track=full) */
   spool__site died;     /* where it was freed (graveyard records, track=full) */
   uint64_t born_ns;     /* CLOCK_MONOTONIC at allocation (track=full), for the age */
-  uint64_t bytes;       /* stream caches: the block's size, its size class's */
-  uint64_t tick;        /* stream caches: the cache's free count when the block was cached */
-  uint16_t cls;         /* stream caches: the size class */
-  uint8_t state;        /* stream caches: SPOOL__LIVE or SPOOL__CACHED */
-  uint8_t graph;        /* issue 5: allocated during a stream capture: a graph allocation,
-                           which only a free in the graph (or after its launch) may free */
+  uint64_t bytes;       /* heap buffers: the block's size */
+  uint64_t tick;        /* heap buffers: the front's free count when the block went there */
+  uint16_t cls;         /* heap buffers: the size class of bytes (its front bin) */
+  uint8_t state;        /* heap buffers: SPOOL__LIVE, or SPOOL__CACHED in a front bin */
+  uint8_t graph;        /* allocated during a stream capture: a graph allocation, which
+                           only a free in the graph (or after its launch) may free */
+  struct spool__block *blk; /* the heap's block (chunks.c); NULL on the uncached path */
 } spool__buffer;
 
 enum { SPOOL__LIVE = 0, SPOOL__CACHED = 1 };
@@ -184,23 +187,139 @@ typedef struct spool__counters {
   uint64_t oom_retries, oom_recoveries, oom_handler_calls, bad_frees;
 } spool__counters;
 
-/* ---- cache.c: the per-stream caches in front of the pool ----------------------------------- */
+/* ---- size classes (chunks.c and cache.c) ------------------------------------------------- */
 
 #define SPOOL__CACHE_LINE 64 /* x86-64 and most ARM servers; 128 where pairs are prefetched */
 
-/* Size classes: 512 B steps up to 4 KiB, then eight per doubling, up to 1 TiB
- * (SPOOL_CACHE_MAX_BLOCK_LIMIT, the largest cache_max_block). A block is never more than 1/8
- * larger than what it was allocated for (beyond the 512 B the pool rounds to anyway). */
+/* Size classes: 512 B steps up to 4 KiB, then eight per doubling, up to 1 TiB. A class spans at
+ * most 1/8 of its size, so a search of one class's list is short. */
 #define SPOOL__CLASSES 232
+#define SPOOL__BIN_WORDS ((SPOOL__CLASSES + 63) / 64)
+
+static inline unsigned spool__class_of(uint64_t n) {
+  if (n <= 4096) return n == 0 ? 0 : (unsigned)((n - 1) >> 9);
+  unsigned e = 63u - (unsigned)__builtin_clzll(n - 1); /* 2^e < n <= 2^(e+1) */
+  unsigned c = 8u + (e - 12u) * 8u + (unsigned)((n - 1 - ((uint64_t)1 << e)) >> (e - 3));
+  return c < SPOOL__CLASSES ? c : SPOOL__CLASSES - 1;
+}
+
+/* ---- chunks.c: the stream-ordered heap of chunks and blocks -------------------------------- */
+
+/* Blocks are placed at this granularity (the pool's own alignment of a new allocation is 512 B
+ * on the H200); a free remainder smaller than this stays with its block. */
+#define SPOOL__MIN_BLOCK 512
+#define SPOOL__BANDS 3
+
+enum { SPOOL__BLOCK_USED = 1, SPOOL__BLOCK_FREE = 2, SPOOL__BLOCK_GONE = 3 };
+
+struct spool__pending;
+struct spool__chunk;
+
+/* One block of a chunk: used (a live buffer or one in a front bin) or a free range. Records sit
+ * in slabs and keep their address while the block exists. */
+typedef struct spool__block {
+  uintptr_t addr;
+  uint64_t bytes;
+  struct spool__block *prev, *next;   /* neighbours in the chunk, by address */
+  struct spool__block *fprev, *fnext; /* free: its bin's list */
+  struct spool__block *pprev, *pnext; /* free and pending: its stream's list, oldest first */
+  struct spool__chunk *chunk;
+  struct spool__pending *owner; /* free: the stream it is pending on; NULL once shared */
+  uint64_t tick;                /* free and pending: the owner's release count at the free */
+  uint16_t bin;
+  uint8_t state;
+} spool__block;
+
+typedef struct spool__chunk {
+  uintptr_t addr;
+  uint64_t bytes;
+  uint64_t empty_since; /* the heap's allocation count when it last became all free */
+  spool__block *first;
+  struct spool__chunk *prev, *next;
+  uint8_t band;
+} spool__chunk;
+
+/* An index of free ranges: a list per size class and a bitmap of the classes in use. */
+typedef struct spool__bins {
+  spool__block *head[SPOOL__CLASSES];
+  uint64_t map[SPOOL__BIN_WORDS];
+  uint64_t bytes;
+} spool__bins;
+
+/* What the heap keeps per stream: the ranges freed on it that other streams may not take yet,
+ * and the fence that will make them shared. Guarded by the pool's lock. */
+typedef struct spool__pending {
+  spool__bins bins[SPOOL__BANDS];
+  spool__block *head, *tail; /* pending ranges, oldest first */
+  uint64_t tick;             /* ranges released so far */
+  uint64_t fence_tick;       /* the last tick the recorded fence covers */
+  cudaEvent_t fence;
+  bool fence_pending;
+  uint32_t ops;              /* heap operations since the last fence decision */
+} spool__pending;
+
+/* The pool-wide part. Guarded by the pool's lock. */
+typedef struct spool__heap {
+  spool__bins shared[SPOOL__BANDS];
+  spool__chunk *chunks;
+  spool__block *spare;  /* unused records */
+  void *slabs;
+  uint64_t allocs;      /* blocks carved so far: the clock idle chunks are judged by */
+  uint64_t idle_scan;   /* allocs at the last look for idle chunks */
+  uint64_t free_bytes;  /* in free ranges, shared or pending */
+  uint64_t chunk_bytes; /* in chunks */
+  uint64_t chunk_allocs, chunk_frees, fences, fences_passed;
+} spool__heap;
+
+/* The band of a request of need bytes, and the chunk a miss in that band takes from the pool. */
+unsigned spool__band_of(uint64_t need);
+uint64_t spool__chunk_size(uint64_t need);
+
+/* A used block of need bytes for own's stream, from its own pending ranges or the shared ones
+ * (the smaller fit), or NULL. NULL also without host memory for a record. */
+spool__block *spool__heap_fit(spool_pool *pool, spool__pending *own, uint64_t need);
+/* Enters a chunk just allocated on own's stream and cuts need bytes off it; NULL without host
+ * memory (the caller gives the chunk back). */
+spool__block *spool__heap_add_chunk(spool_pool *pool, spool__pending *own, uintptr_t addr,
+                                    uint64_t bytes, uint64_t need);
+/* The used block b, freed on own's stream, becomes a range pending on it. */
+void spool__heap_release(spool_pool *pool, spool__pending *own, spool__block *b);
+/* Bookkeeping of a heap operation on own's stream: every few, the fence decision (query the
+ * last fence, record the next) and a look for idle chunks to give back on stream. */
+void spool__heap_stream_op(spool_pool *pool, spool__pending *own, cudaStream_t stream);
+void spool__heap_idle(spool_pool *pool, spool__pending *own, cudaStream_t stream);
+/* Publishes the ranges of every stream whose fence has completed; true if any did. */
+bool spool__heap_publish_ready(spool_pool *pool);
+/* Publishes every pending range: only once the device is idle; the same for one stream's,
+ * once that stream is idle. */
+void spool__heap_publish_all(spool_pool *pool);
+void spool__heap_publish_own(spool_pool *pool, spool__pending *own);
+/* Whether some chunk holds no used block (a flush would give it back). */
+bool spool__heap_has_free_chunk(const spool_pool *pool);
+/* Gives back on stream every chunk that is all free (shared, or pending on own) and has been so
+ * for at least idle heap allocations. SPOOL_OK or the first failure (that chunk stays). */
+spool_status spool__heap_free_empty(spool_pool *pool, spool__pending *own, cudaStream_t stream,
+                                    uint64_t idle, const char *ctx);
+/* At destroy, the device idle: gives every chunk back on stream (with used_too, those holding
+ * leaked buffers as well; else they stay allocated) and frees the records. Tries every chunk;
+ * the message says how many stay allocated. */
+spool_status spool__heap_destroy(spool_pool *pool, cudaStream_t stream, bool used_too,
+                                 const char *ctx);
+/* The largest free range, and the bytes pending on one stream. */
+uint64_t spool__heap_largest_free(const spool_pool *pool);
+uint64_t spool__heap_pending_bytes(const spool__pending *own);
+
+/* ---- cache.c: the per-stream fronts of the heap --------------------------------------------- */
 
 typedef struct spool__bin {
   uintptr_t *ptrs; /* cached blocks of one class, most recently freed last */
   uint32_t count, cap;
 } spool__bin;
 
-/* What one stream cache has counted; summed over the caches for spool_stats. */
+/* What one stream cache has counted; summed over the caches for spool_stats. bytes_cached: in
+ * the front bins. */
 typedef struct spool__cache_counters {
-  uint64_t bytes_in_use, buffers_in_use, bytes_cached;
+  uint64_t bytes_in_use, buffers_in_use, bytes_cached, bytes_front;
   uint64_t allocs, frees, bytes_allocated, hits, misses, flushes;
 } spool__cache_counters;
 
@@ -221,19 +340,17 @@ typedef struct spool__scache {
   cudaStream_t stream;     /* the handle it is for; the legacy stream is always NULL */
   uint64_t thread;         /* cudaStreamPerThread: the owning thread's number; else 0 */
   spool__table blocks;     /* every block the stream holds, live or cached */
-  spool__bin bins[SPOOL__CLASSES];
+  spool__bin bins[SPOOL__CLASSES]; /* the front: freed blocks by the class of their size */
+  uint64_t front_map[SPOOL__BIN_WORDS]; /* its non-empty bins */
   spool__cache_counters c;
   uint64_t seq_next, seq_end; /* allocation numbers taken from the pool in batches */
-  uint64_t pub_bytes, pub_buffers, pub_cached; /* what the pool's totals hold of this cache */
-  uint64_t seen_cached;    /* the pool-wide cached total at the last publication */
-  uint64_t win_bytes, win_buffers; /* in-use highs since the last publication */
+  uint64_t pub_bytes, pub_buffers; /* what the pool's totals hold of this stream */
   uint32_t ops;            /* operations since the last publication */
-  uint64_t tick;           /* blocks cached so far */
-  cudaEvent_t fence;       /* recorded on the stream for other streams that want its blocks */
-  uint64_t fence_tick;     /* tick when the fence was recorded */
-  uint64_t safe_tick;      /* blocks cached at or before it are done on the stream */
-  bool fence_pending;
-  bool fence_wanted;       /* another stream asked: record a fence at the next free */
+  uint64_t tick;           /* blocks put in the front so far */
+  uint32_t front_blocks;   /* blocks in the front bins */
+  uint64_t spilled_at;     /* tick at the last look for stale front blocks */
+  unsigned last_cls;       /* the size class of the stream's last allocation */
+  spool__pending pend;     /* the heap's part, under the pool's lock */
   atomic_bool device_checked; /* the stream is of the pool's device (created streams) */
   struct spool__scache *next; /* the pool's list, under the pool's lock */
 } spool__scache;
@@ -252,12 +369,13 @@ struct spool_pool {
   spool_pool *registry_next; /* guarded by the registry's lock */
   uint64_t id;               /* unique in the process: the key of threads' lookup slots */
   spool__scache *caches;     /* every stream cache, under the lock; freed at destroy */
+  spool__heap heap;          /* under the lock */
   /* Written by every thread from time to time: a cache line of its own, so that the fields
    * above, read on every allocation, never bounce between cores. */
   alignas(SPOOL__CACHE_LINE) atomic_uint_fast64_t seq; /* the last allocation number */
   /* Pool-wide totals, each stream cache's share as it last published it (see cache.c): what
    * the peaks and cache_limit are judged against without a lock on the hit path. */
-  atomic_uint_fast64_t total_bytes, total_buffers, total_cached;
+  atomic_uint_fast64_t total_bytes, total_buffers;
   atomic_uint_fast64_t peak_bytes, peak_buffers;
   char pad_end[SPOOL__CACHE_LINE]; /* nor with whatever malloc puts after the pool */
   /* issue 6 (ipc.c) */
@@ -315,7 +433,7 @@ spool_status spool__free_leaks(spool_pool *pool);
 /* Whether spool_alloc/spool_free may use the stream caches for size bytes (inline: asked on
  * every allocation). */
 static inline bool spool__cacheable(const spool_pool *pool, size_t size) {
-  return pool->cfg.cache && size <= pool->cfg.cache_max_block;
+  return pool->cfg.cache && size <= pool->cfg.heap_max_block;
 }
 
 /* The cache's part of spool_alloc: true when it took the allocation (a hit, or a miss filled from
@@ -362,10 +480,21 @@ void spool__live_totals(spool_pool *pool, uint64_t *bytes, uint64_t *buffers);
 /* Sets the pool-wide peaks to the current totals (after publishing every cache). */
 void spool__cache_reset_peaks(spool_pool *pool);
 
+/* What one stream holds, for the report and JSON: its front's bytes, the heap's ranges pending
+ * on it, and its buffers' bytes in use. thread: for cudaStreamPerThread, the thread's number. */
+typedef struct spool__stream_idle {
+  cudaStream_t stream;
+  uint64_t thread;
+  uint64_t front_bytes, pending_bytes, bytes_in_use;
+} spool__stream_idle;
+/* Calls fn for every stream the pool has seen (the pool's lock held meanwhile). */
+void spool__cache_each_stream(spool_pool *pool, void (*fn)(const spool__stream_idle *, void *),
+                              void *arg);
+
 /* At destroy: gives every cached block back (blocks of streams that are gone, after a device
  * synchronize) and frees the caches. Returns SPOOL_OK or the failure (blocks that could not be
  * given back stay in the pool, which an own pool's destroy takes with it). */
-spool_status spool__cache_destroy(spool_pool *pool);
+spool_status spool__cache_destroy(spool_pool *pool, bool leaks_freed);
 
 /* The pool-wide totals: the uncached path's changes, published at once. */
 void spool__totals_add(spool_pool *pool, int64_t bytes, int64_t buffers);

@@ -173,8 +173,10 @@ typedef struct free_pass {
   uintptr_t ptr; /* the first that failed */
 } free_pass;
 
+/* A heap buffer goes back with its chunk when the heap is destroyed, right after this. */
 static void free_one(const spool__buffer *b, void *arg) {
   free_pass *f = arg;
+  if (b->blk) return;
   cudaError_t err = cudaFreeAsync((void *)b->ptr, cudaStreamLegacy);
   if (err != cudaSuccess && f->err == cudaSuccess) {
     f->err = err;

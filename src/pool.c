@@ -260,7 +260,6 @@ static spool_pool *pool_new(const spool_config *cfg, cudaMemPool_t handle, bool 
   atomic_init(&p->seq, 0);
   atomic_init(&p->total_bytes, 0);
   atomic_init(&p->total_buffers, 0);
-  atomic_init(&p->total_cached, 0);
   atomic_init(&p->peak_bytes, 0);
   atomic_init(&p->peak_buffers, 0);
   return p;
@@ -380,7 +379,7 @@ spool_status spool_pool_destroy(spool_pool *pool) {
   if (!pool) return SPOOL_OK;
   spool__registry_remove(pool);
   spool_status s = spool__free_leaks(pool);
-  spool_status cs = spool__cache_destroy(pool);
+  spool_status cs = spool__cache_destroy(pool, s == SPOOL_OK || s == SPOOL_ERR_LEAKS);
   if (s == SPOOL_OK) s = cs;
   /* issue 5: scope objects (their chunks were leaks, freed above) and the hand-off stream,
    * after the caches gave back the blocks freed on it */

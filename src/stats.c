@@ -29,8 +29,13 @@ static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
 /* The uncached path's counters c and the caches' k; peaks are the pool-wide ones, never below
  * the exact current values. */
+/* The heap's figures, read under the pool's lock. */
+typedef struct heap_figures {
+  uint64_t chunk_bytes, largest, chunk_allocs, chunk_frees, fences;
+} heap_figures;
+
 static void fill(spool_stats *out, const spool__counters *c, const spool__cache_counters *k,
-                 const uint64_t peaks[2], const pool_attrs *a) {
+                 const uint64_t peaks[2], const pool_attrs *a, const heap_figures *h) {
   memset(out, 0, sizeof *out);
   out->size = sizeof *out;
   out->bytes_in_use = c->bytes_in_use + k->bytes_in_use;
@@ -55,6 +60,12 @@ static void fill(spool_stats *out, const spool__counters *c, const spool__cache_
   out->oom_recoveries = c->oom_recoveries;
   out->oom_handler_calls = c->oom_handler_calls;
   out->bad_frees = c->bad_frees;
+  out->bytes_front = k->bytes_front;
+  out->bytes_heap = h->chunk_bytes;
+  out->largest_free_block = h->largest;
+  out->chunk_allocs = h->chunk_allocs;
+  out->chunk_frees = h->chunk_frees;
+  out->fences = h->fences;
 }
 
 static spool_status snapshot(spool_pool *p, spool_stats *out, const char *ctx) {
@@ -65,9 +76,11 @@ static spool_status snapshot(spool_pool *p, spool_stats *out, const char *ctx) {
   spool__cache_sum(p, &k); /* publishes every cache: the totals are exact after */
   pthread_mutex_lock(&p->lock);
   spool__counters c = p->c;
+  heap_figures h = {p->heap.chunk_bytes, spool__heap_largest_free(p), p->heap.chunk_allocs,
+                    p->heap.chunk_frees, p->heap.fences};
   pthread_mutex_unlock(&p->lock);
   uint64_t peaks[2] = {atomic_load(&p->peak_bytes), atomic_load(&p->peak_buffers)};
-  fill(out, &c, &k, peaks, &a);
+  fill(out, &c, &k, peaks, &a, &h);
   return SPOOL_OK;
 }
 
@@ -117,10 +130,11 @@ static void report_config(const spool_pool *p, FILE *out) {
           (unsigned)c->track < 3 ? tracks[c->track] : "?", c->poison ? "on" : "off",
           c->oom_retries);
   char l[SPOOL__SIZE_TEXT], b[SPOOL__SIZE_TEXT];
-  fprintf(out, "             cache=%s cache_limit=%s cache_max_block=%s capture_check=%s "
-               "cache_owner=%s%s\n",
-          c->cache ? "on" : "off", spool__format_size(c->cache_limit, l),
-          spool__format_size(c->cache_max_block, b), c->capture_check ? "on" : "off",
+  fprintf(out, "             cache=%s front_limit=%s heap_max_block=%s chunk_idle=%u "
+               "capture_check=%s cache_owner=%s%s\n",
+          c->cache ? "on" : "off", spool__format_size(c->front_limit, l),
+          spool__format_size(c->heap_max_block, b), c->chunk_idle,
+          c->capture_check ? "on" : "off",
           c->cache_owner ? "on" : "off",
           c->cache_owner && !spool__barrier_available() ? " (no barrier here: locks)" : "");
   fprintf(out, "             peer_access=[");
@@ -145,9 +159,28 @@ static void report_stats(const spool_stats *st, FILE *out) {
   fprintf(out, "  safety:    %" PRIu64 " out-of-memory retries (%" PRIu64 " recovered), %" PRIu64
                " handler calls, %" PRIu64 " frees refused\n",
           st->oom_retries, st->oom_recoveries, st->oom_handler_calls, st->bad_frees);
-  fprintf(out, "  caches:    %" PRIu64 " hits, %" PRIu64 " misses, %s cached, %" PRIu64
-               " flushes\n", st->cache_hits, st->cache_misses,
-          spool__format_size(st->bytes_cached, a), st->cache_flushes);
+  fprintf(out, "  heap:      %s in %" PRIu64 " chunks taken (%" PRIu64 " given back); %s idle "
+               "(%s in the fronts), largest free block %s\n",
+          spool__format_size(st->bytes_heap, a), st->chunk_allocs, st->chunk_frees,
+          spool__format_size(st->bytes_cached, b), spool__format_size(st->bytes_front, d),
+          spool__format_size(st->largest_free_block, e));
+  fprintf(out, "             %" PRIu64 " front hits, %" PRIu64 " heap allocations, %" PRIu64
+               " fences, %" PRIu64 " flushes\n", st->cache_hits, st->cache_misses, st->fences,
+          st->cache_flushes);
+}
+
+static void stream_name(const spool__stream_idle *s, char *out, size_t len) {
+  if (s->thread) snprintf(out, len, "per-thread stream of thread %" PRIu64, s->thread);
+  else if (!s->stream) snprintf(out, len, "legacy stream");
+  else snprintf(out, len, "stream %p", (void *)s->stream);
+}
+
+static void report_stream(const spool__stream_idle *s, void *arg) {
+  char name[64], u[SPOOL__SIZE_TEXT], f[SPOOL__SIZE_TEXT], q[SPOOL__SIZE_TEXT];
+  stream_name(s, name, sizeof name);
+  fprintf(arg, "  %-30s %s in use, idle: %s in its front, %s pending in the heap\n", name,
+          spool__format_size(s->bytes_in_use, u), spool__format_size(s->front_bytes, f),
+          spool__format_size(s->pending_bytes, q));
 }
 
 static void report_device(const spool_pool *p, FILE *out) {
@@ -183,6 +216,7 @@ spool_status spool_report(spool_pool *pool, FILE *out) {
   report_config(pool, out);
   spool__report_multi(pool, out); /* issue 6: access and IPC */
   report_stats(&st, out);
+  spool__cache_each_stream(pool, report_stream, out);
   report_device(pool, out);
   if (fflush(out) != 0 || ferror(out))
     return spool__fail(SPOOL_ERR_IO, "%s: writing the report failed", ctx);
@@ -204,7 +238,9 @@ static const struct {
     SPOOL__STAT(ooms),           SPOOL__STAT(trims),             SPOOL__STAT(oom_retries),
     SPOOL__STAT(oom_recoveries), SPOOL__STAT(oom_handler_calls), SPOOL__STAT(bad_frees),
     SPOOL__STAT(cache_hits),     SPOOL__STAT(cache_misses),      SPOOL__STAT(bytes_cached),
-    SPOOL__STAT(cache_flushes),
+    SPOOL__STAT(cache_flushes),  SPOOL__STAT(bytes_front),       SPOOL__STAT(bytes_heap),
+    SPOOL__STAT(largest_free_block), SPOOL__STAT(chunk_allocs),  SPOOL__STAT(chunk_frees),
+    SPOOL__STAT(fences),
 };
 #undef SPOOL__STAT
 
@@ -225,14 +261,30 @@ static void put(json_out *j, const char *fmt, ...) {
   if (n > 0) j->used += (size_t)n;
 }
 
-static void write_json(json_out *j, const spool_stats *st, int device, bool have_mem,
-                       size_t free_b, size_t total_b) {
+typedef struct json_streams {
+  json_out *j;
+  unsigned n;
+} json_streams;
+
+static void json_stream(const spool__stream_idle *s, void *arg) {
+  json_streams *w = arg;
+  put(w->j, "%s{\"stream\":%" PRIuPTR ",\"thread\":%" PRIu64 ",\"bytes_in_use\":%" PRIu64
+      ",\"bytes_front\":%" PRIu64 ",\"bytes_pending\":%" PRIu64 "}", w->n++ ? "," : "",
+      (uintptr_t)s->stream, s->thread, s->bytes_in_use, s->front_bytes, s->pending_bytes);
+}
+
+static void write_json(json_out *j, spool_pool *pool, const spool_stats *st, int device,
+                       bool have_mem, size_t free_b, size_t total_b) {
   put(j, "{\"device\":%d", device);
   for (size_t i = 0; i < sizeof stat_fields / sizeof stat_fields[0]; i++) {
     uint64_t v;
     memcpy(&v, (const char *)st + stat_fields[i].offset, sizeof v);
     put(j, ",\"%s\":%" PRIu64, stat_fields[i].name, v);
   }
+  put(j, ",\"streams\":[");
+  json_streams w = {j, 0};
+  spool__cache_each_stream(pool, json_stream, &w);
+  put(j, "]");
   if (have_mem) put(j, ",\"device_free\":%zu,\"device_total\":%zu}", free_b, total_b);
   else put(j, ",\"device_free\":null,\"device_total\":null}");
 }
@@ -247,7 +299,7 @@ spool_status spool_stats_json(spool_pool *pool, char *buf, size_t len) {
   size_t free_b = 0, total_b = 0; /* unavailable figures are written as null, not a failure */
   bool have_mem = spool__device_meminfo_quiet(pool->device, &free_b, &total_b);
   json_out j = {buf, len, 0};
-  write_json(&j, &st, pool->device, have_mem, free_b, total_b);
+  write_json(&j, pool, &st, pool->device, have_mem, free_b, total_b);
   if (j.used < len) return SPOOL_OK;
   if (len) buf[0] = '\0';
   return spool__fail(SPOOL_ERR_INVALID, "%s: buf holds %zu bytes; the JSON needs %zu (NUL "

@@ -1,6 +1,6 @@
 /* check_batch: batched buffers (src/batch.c): the layout and its alignment, one free for the
  * whole batch, sub-pointers refused with words that name the batch (cached path, uncached path,
- * past cache_max_block), the leak report, and the data in each sub-buffer.
+ * past heap_max_block), the leak report, and the data in each sub-buffer.
  *
  * Built twice: check_batch_sim (cudasim) and check_batch_gpu (real CUDA). */
 #include "test_main.h"
@@ -116,7 +116,7 @@ START_TEST(batch_member_free_refused_uncached) { member_refused("cache=off", 4 *
 END_TEST
 
 START_TEST(batch_member_free_refused_large) {
-  member_refused("cache_max_block=1MiB", MiB); /* 3 MiB: past the cache */
+  member_refused("heap_max_block=1MiB", MiB); /* 3 MiB: past the heap */
 }
 END_TEST
 

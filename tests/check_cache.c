@@ -1,6 +1,7 @@
-/* check_cache: the per-stream caches in front of the pool (src/cache.c): hits, size classes,
- * the cross-stream rule, capture bypass, per-thread and legacy streams, limits, flushes,
- * stream release, stats, and what tracking says about cached blocks.
+/* check_cache: the per-stream fronts of the heap (src/cache.c): hits, size classes, the
+ * cross-stream rule, capture bypass, per-thread and legacy streams, limits, flushes, stream
+ * release, stats, and what tracking says about front blocks. The heap under them has its own
+ * suite (check_heap).
  *
  * Built twice: check_cache_sim (cudasim) and check_cache_gpu (real CUDA). Tests outside
  * `#ifdef SPOOL_TEST_SIM` must hold on a real device too. Timing is the benchmark's business
@@ -24,12 +25,13 @@ static void *alloc_on(spool_pool *p, size_t size, cudaStream_t s) {
   return ptr;
 }
 
-static void check_cache_stats(spool_pool *p, uint64_t hits, uint64_t misses, uint64_t cached) {
+/* Front hits, heap allocations, and the bytes the streams' fronts hold. */
+static void check_cache_stats(spool_pool *p, uint64_t hits, uint64_t misses, uint64_t front) {
   spool_stats st = test_stats(p);
-  ck_assert_msg(st.cache_hits == hits && st.cache_misses == misses && st.bytes_cached == cached,
-                "hits %" PRIu64 " misses %" PRIu64 " cached %" PRIu64 ", expected %" PRIu64
-                " %" PRIu64 " %" PRIu64, st.cache_hits, st.cache_misses, st.bytes_cached, hits,
-                misses, cached);
+  ck_assert_msg(st.cache_hits == hits && st.cache_misses == misses && st.bytes_front == front,
+                "hits %" PRIu64 " misses %" PRIu64 " front %" PRIu64 ", expected %" PRIu64
+                " %" PRIu64 " %" PRIu64, st.cache_hits, st.cache_misses, st.bytes_front, hits,
+                misses, front);
 }
 
 /* ---- hits and size classes ------------------------------------------------------------------ */
@@ -58,32 +60,30 @@ END_TEST
 START_TEST(cache_size_classes) {
   spool_pool *p = pool_with(NULL);
   cudaStream_t s = test_stream_create();
-  void *a = alloc_on(p, 1000, s); /* class of 1 KiB */
+  void *a = alloc_on(p, 1000, s); /* 1000 bytes take 1 KiB: the heap places at 512 B */
   CK_SPOOL(spool_free(p, a, s));
   check_cache_stats(p, 0, 1, KiB);
-  void *b = alloc_on(p, 700, s); /* same class: the same block */
+  void *b = alloc_on(p, 700, s); /* the same class: the same block */
   ck_assert_ptr_eq(a, b);
   CK_SPOOL(spool_free(p, b, s));
-  void *c = alloc_on(p, 1100, s); /* the next class (1.5 KiB): a new block */
-  ck_assert_ptr_ne(c, a);
-  check_cache_stats(p, 1, 2, KiB);
-  /* Eight classes per doubling above 4 KiB: 5 MiB + 1 byte is served by a 5.5 MiB block, so a
-   * 5.4 MiB request takes the same block back. */
+  /* An empty class borrows from the nearest front block up to twice its size, never more. */
+  void *c = alloc_on(p, 300, s); /* class 512 B: takes the 1 KiB block */
+  ck_assert_ptr_eq(c, a);
+  CK_SPOOL(spool_free(p, c, s));
+  /* A new chunk: the front's blocks go into the heap first (they may merge into what is
+   * asked). Past front_limit (1 MiB) the front keeps one block of the size the stream allocated
+   * last, whatever its size. */
   void *d = alloc_on(p, 5 * MiB + 1, s);
   CK_SPOOL(spool_free(p, d, s));
-  check_cache_stats(p, 1, 3, KiB + 5 * MiB + MiB / 2);
-  void *e = alloc_on(p, 5 * MiB + 400 * KiB, s);
-  ck_assert_ptr_eq(d, e);
-  CK_SPOOL(spool_free(p, c, s));
-  CK_SPOOL(spool_free(p, e, s));
-  /* An empty class borrows from the nearest cached class up to twice its size, never more. */
-  void *f = alloc_on(p, 300, s); /* class 512 B: takes the 1 KiB block */
-  ck_assert_ptr_eq(f, a);
-  void *g = alloc_on(p, 600 * KiB, s); /* nothing within 1.2 MiB: the 5.5 MiB block stays */
-  ck_assert_ptr_ne(g, d);
-  check_cache_stats(p, 3, 4, 3 * KiB / 2 + 5 * MiB + MiB / 2); /* c and d cached */
+  check_cache_stats(p, 2, 2, 5 * MiB + 512);
+  void *e = alloc_on(p, 600 * KiB, s); /* nothing in the front within 1.2 MiB: the heap */
+  check_cache_stats(p, 2, 3, 5 * MiB + 512);
+  CK_SPOOL(spool_free(p, e, s)); /* the front is full: into the heap */
+  check_cache_stats(p, 2, 3, 5 * MiB + 512);
+  void *f = alloc_on(p, 5 * MiB + 1, s);
+  ck_assert_ptr_eq(f, d);
+  check_cache_stats(p, 3, 3, 0);
   CK_SPOOL(spool_free(p, f, s));
-  CK_SPOOL(spool_free(p, g, s));
   test_pool_destroy(p); /* before the stream: its cache frees on it */
   test_stream_destroy(s);
 }
@@ -91,46 +91,59 @@ END_TEST
 
 /* ---- across streams ------------------------------------------------------------------------ */
 
-/* A block cached on s1 goes to s2 only after an event recorded on s1 after the free has
- * completed. s2's miss asks for that fence; s1's next free records it. */
+/* Heap operations on s (front misses and frees past front_limit=0): sizes that alternate
+ * between 3 and 4 MiB, each freed at once. Enough of them for s to record a fence. */
+static void heap_ops_on(spool_pool *p, cudaStream_t s) {
+  for (int i = 0; i < 40; i++) CK_SPOOL(spool_free(p, alloc_on(p, (size_t)(3 + i % 2) * MiB, s), s));
+}
+
+/* What s1 freed goes to another stream only once an event recorded on s1 after the free has
+ * completed. s1 records one every few heap operations; a stream that needs memory asks the
+ * fences of the others before it takes a new chunk. */
 START_TEST(cache_other_stream_waits_for_fence) {
-  spool_pool *p = pool_with(NULL);
-  cudaStream_t s1 = test_stream_create(), s2 = test_stream_create();
-  void *a = alloc_on(p, 64 * KiB, s1), *x = alloc_on(p, 64 * KiB, s1);
-  CK_SPOOL(spool_free(p, a, s1));
-  void *b = alloc_on(p, 64 * KiB, s2); /* no fence yet: the pool serves, s1 is asked for one */
+  spool_pool *p = pool_with("front_limit=0");
+  cudaStream_t s1 = test_stream_create(), s2 = test_stream_create(), s3 = test_stream_create();
+  void *a = alloc_on(p, MiB, s1), *x = alloc_on(p, 2 * MiB, s1);
+  CK_SPOOL(spool_free(p, a, s1)); /* not the size allocated last: into the heap, s1's */
+  void *b = alloc_on(p, MiB, s2); /* no fence yet: a new chunk */
   ck_assert_ptr_ne(a, b);
-  CK_SPOOL(spool_free(p, x, s1));      /* records the fence, after both frees */
-  CK_CUDA(cudaStreamSynchronize(s1));  /* the fence completes */
-  void *c = alloc_on(p, 64 * KiB, s2);
-  ck_assert_ptr_eq(a, c);              /* the oldest block first */
-  check_cache_stats(p, 0, 4, 64 * KiB);
+  ck_assert_uint_eq(test_stats(p).chunk_allocs, 3);
+  heap_ops_on(p, s1);                 /* records a fence after a's free */
+  CK_CUDA(cudaStreamSynchronize(s1)); /* the fence completes */
+  void *c = alloc_on(p, MiB, s3);
+  ck_assert_ptr_eq(a, c); /* a's chunk, all free and shared now */
+  ck_assert_uint_eq(test_stats(p).chunk_allocs, 3);
+  ck_assert_uint_ge(test_stats(p).fences, 1);
   CK_SPOOL(spool_free(p, b, s2));
-  CK_SPOOL(spool_free(p, c, s2));
+  CK_SPOOL(spool_free(p, c, s3));
+  CK_SPOOL(spool_free(p, x, s1));
   test_pool_destroy(p);
   test_stream_destroy(s1);
   test_stream_destroy(s2);
+  test_stream_destroy(s3);
 }
 END_TEST
 
 #ifdef SPOOL_TEST_SIM
-/* While s1's work is not done, its blocks stay out of s2's reach, however often s2 asks. */
+/* While s1's work is not done, what it freed stays out of other streams' reach, however often
+ * they ask. */
 START_TEST(cache_fence_not_passed_keeps_block) {
-  spool_pool *p = pool_with(NULL);
+  spool_pool *p = pool_with("front_limit=0");
   cudaStream_t s1 = test_stream_create(), s2 = test_stream_create();
-  void *a = alloc_on(p, 64 * KiB, s1), *x = alloc_on(p, 64 * KiB, s1);
+  void *a = alloc_on(p, MiB, s1), *x = alloc_on(p, 2 * MiB, s1);
   cudasim_hold(s1);
   CK_SPOOL(spool_free(p, a, s1));
+  heap_ops_on(p, s1); /* the fence waits behind s1's held work */
   void *got[4];
-  got[0] = alloc_on(p, 64 * KiB, s2); /* asks for a fence */
-  CK_SPOOL(spool_free(p, x, s1));     /* which waits behind s1's held work */
-  for (int i = 1; i < 4; i++) got[i] = alloc_on(p, 64 * KiB, s2);
+  for (int i = 0; i < 4; i++) got[i] = alloc_on(p, MiB, s2);
   for (int i = 0; i < 4; i++) ck_assert_ptr_ne(got[i], a);
   cudasim_release(s1);
-  void *c = alloc_on(p, 64 * KiB, s2);
+  CK_CUDA(cudaStreamSynchronize(s1));
+  void *c = alloc_on(p, MiB, s2);
   ck_assert_ptr_eq(c, a);
   for (int i = 0; i < 4; i++) CK_SPOOL(spool_free(p, got[i], s2));
   CK_SPOOL(spool_free(p, c, s2));
+  CK_SPOOL(spool_free(p, x, s1));
   test_pool_destroy(p);
   test_stream_destroy(s1);
   test_stream_destroy(s2);
@@ -148,7 +161,7 @@ START_TEST(cache_free_on_other_stream) {
   spool_stats st = test_stats(p);
   ck_assert_uint_eq(st.bytes_in_use, 0);
   ck_assert_uint_eq(st.buffers_in_use, 0);
-  ck_assert_uint_eq(st.bytes_cached, 256 * KiB);
+  ck_assert_uint_eq(st.bytes_front, 256 * KiB);
   void *b = alloc_on(p, 256 * KiB, s2);
   ck_assert_ptr_eq(a, b);
   /* and a second free of the same pointer is caught in its new cache */
@@ -290,16 +303,17 @@ END_TEST
 
 /* ---- bounds ------------------------------------------------------------------------------- */
 
-START_TEST(cache_limit_sends_frees_to_pool) {
-  spool_pool *p = pool_with("cache_limit=1MiB");
+START_TEST(cache_front_limit_sends_frees_to_heap) {
+  spool_pool *p = pool_with("front_limit=1MiB");
   cudaStream_t s = test_stream_create();
   void *a = alloc_on(p, MiB, s), *b = alloc_on(p, MiB, s);
   CK_SPOOL(spool_free(p, a, s));
-  CK_SPOOL(spool_free(p, b, s)); /* the cache is full: b goes to the pool */
+  CK_SPOOL(spool_free(p, b, s)); /* the front is full: b goes into the heap */
   check_cache_stats(p, 0, 2, MiB);
   spool_stats st = test_stats(p);
   ck_assert_uint_eq(st.frees, 2);
   ck_assert_uint_eq(st.bytes_in_use, 0);
+  ck_assert_uint_ge(st.bytes_cached, 2 * MiB); /* the heap holds b, ready */
   void *c = alloc_on(p, MiB, s);
   ck_assert_ptr_eq(c, a);
   CK_SPOOL(spool_free(p, c, s));
@@ -308,8 +322,8 @@ START_TEST(cache_limit_sends_frees_to_pool) {
 }
 END_TEST
 
-START_TEST(cache_max_block_skips_cache) {
-  spool_pool *p = pool_with("cache_max_block=1MiB");
+START_TEST(cache_heap_max_block_skips_heap) {
+  spool_pool *p = pool_with("heap_max_block=1MiB");
   cudaStream_t s = test_stream_create();
   void *a = alloc_on(p, 2 * MiB, s);
   CK_SPOOL(spool_free(p, a, s));
@@ -317,7 +331,8 @@ START_TEST(cache_max_block_skips_cache) {
   spool_stats st = test_stats(p);
   ck_assert_uint_eq(st.allocs, 1);
   ck_assert_uint_eq(st.frees, 1);
-  void *b = alloc_on(p, MiB, s); /* at the limit: cached */
+  ck_assert_uint_eq(st.chunk_allocs, 0);
+  void *b = alloc_on(p, MiB, s); /* at the limit: the heap's */
   CK_SPOOL(spool_free(p, b, s));
   check_cache_stats(p, 0, 1, MiB);
   test_pool_destroy(p); /* before the stream: its cache frees on it */
@@ -442,7 +457,7 @@ START_TEST(cache_poison_failures_lose_nothing) {
   CK_LAST_ERROR_HAS("stays allocated");
   st = test_stats(p);
   ck_assert_uint_eq(st.buffers_in_use, 1);
-  ck_assert_uint_eq(st.bytes_cached, 0);
+  ck_assert_uint_eq(st.bytes_front, 0);
   CK_SPOOL(spool_free(p, b, s)); /* and can be freed after */
   ck_assert_uint_eq(test_stats(p).buffers_in_use, 0);
   test_pool_destroy(p);
@@ -757,8 +772,8 @@ static Suite *cache_suite(void) {
   tcase_add_test(tc, cache_free_under_capture_refused);
   suite_add_tcase(s, tc);
   tc = test_tcase("bounds");
-  tcase_add_test(tc, cache_limit_sends_frees_to_pool);
-  tcase_add_test(tc, cache_max_block_skips_cache);
+  tcase_add_test(tc, cache_front_limit_sends_frees_to_heap);
+  tcase_add_test(tc, cache_heap_max_block_skips_heap);
   tcase_add_test(tc, cache_off_never_caches);
   tcase_add_test(tc, cache_flushed_by_trim);
   tcase_add_test(tc, cache_stream_release);

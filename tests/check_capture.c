@@ -165,7 +165,7 @@ END_TEST
 /* ---- freeing outside memory inside a capture ----------------------------------------------- */
 
 /* cfg and size pick the path the buffer took: the pool's table (cache=off, or past
- * cache_max_block) or a stream cache. The free is refused, the
+ * heap_max_block) or the heap. The free is refused, the
  * capture completes, the graph launches, and the buffer is freed after the capture. */
 static void outside_free_refused(const char *cfg, size_t size, enum cudaStreamCaptureMode mode) {
   spool_pool *p = test_pool_with(cfg);
@@ -203,7 +203,7 @@ START_TEST(capture_outside_free_uncached) {
 END_TEST
 
 START_TEST(capture_outside_free_large) {
-  outside_free_refused("cache_max_block=1MiB", 2 * MiB, cudaStreamCaptureModeGlobal);
+  outside_free_refused("heap_max_block=1MiB", 2 * MiB, cudaStreamCaptureModeGlobal);
 }
 END_TEST
 

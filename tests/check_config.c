@@ -245,22 +245,34 @@ END_TEST
 static void validate_fails(const spool_config *cfg, const char *frag1, const char *frag2);
 static void round_trip(const spool_config *cfg);
 
-START_TEST(test_key_cache) {
-  spool_config cfg = parsed("cache=off, cache_limit=2GiB, cache_max_block=1.5MiB, "
-                            "capture_check=off, cache_owner=off");
+START_TEST(test_key_heap) {
+  spool_config cfg = parsed("cache=off, front_limit=2GiB, heap_max_block=1.5MiB, "
+                            "chunk_idle=1000, capture_check=off, cache_owner=off");
   ck_assert(!cfg.cache);
   ck_assert(!cfg.capture_check);
   ck_assert(!cfg.cache_owner);
-  ck_assert_uint_eq(cfg.cache_limit, (uint64_t)2 << 30);
-  ck_assert_uint_eq(cfg.cache_max_block, (uint64_t)3 << 19);
-  ck_assert_uint_eq(parsed("cache_limit=0").cache_limit, 0); /* caches nothing */
-  ck_assert_uint_eq(parsed("cache_max_block=1TiB").cache_max_block, (uint64_t)1 << 40);
+  ck_assert_uint_eq(cfg.front_limit, (uint64_t)2 << 30);
+  ck_assert_uint_eq(cfg.heap_max_block, (uint64_t)3 << 19);
+  ck_assert_uint_eq(cfg.chunk_idle, 1000);
+  ck_assert_uint_eq(parsed("front_limit=0").front_limit, 0); /* one block per stream */
+  ck_assert_uint_eq(parsed("chunk_idle=0").chunk_idle, 0);   /* back at once */
+  ck_assert_uint_eq(parsed("heap_max_block=1TiB").heap_max_block, (uint64_t)1 << 40);
   parse_fails("cache=maybe", "line 1", "cache", "on, off");
-  parse_fails("cache_limit=lots", "cache_limit", "size", NULL);
+  parse_fails("front_limit=lots", "front_limit", "size", NULL);
+  parse_fails("chunk_idle=1000001", "chunk_idle", "0 to 1000000", NULL);
+  parse_fails("chunk_idle=-1", "chunk_idle", NULL, NULL);
   parse_fails("cach=on", "unknown key", "'cache'", NULL);
-  spool_config big = parsed("cache_max_block=2TiB"); /* a size; too large for the caches */
-  validate_fails(&big, "cache_max_block", "2.00 TiB");
+  spool_config big = parsed("heap_max_block=2TiB"); /* a size; too large for the heap */
+  validate_fails(&big, "heap_max_block", "2.00 TiB");
   round_trip(&cfg);
+}
+END_TEST
+
+/* A config written for the size-class caches is refused with the keys that replaced theirs. */
+START_TEST(test_retired_cache_keys_name_their_successors) {
+  parse_fails("cache_limit=1GiB", "key 'cache_limit' is gone", "front_limit", "chunk_idle");
+  parse_fails("cache=on\ncache_max_block=64MiB", "line 2", "key 'cache_max_block' is gone",
+              "heap_max_block");
 }
 END_TEST
 
@@ -503,8 +515,8 @@ START_TEST(test_error_unknown_key) {
   parse_fails("poisson=on", "did you mean 'poison'?", NULL, NULL);
   /* nothing close: the message lists the keys */
   parse_fails("colour=blue", "config line 1: unknown key 'colour' (valid keys: device, ",
-              "release_threshold", "oom_retries, poison, cache, cache_limit, cache_max_block, "
-              "capture_check, cache_owner, ipc)");
+              "release_threshold", "oom_retries, poison, cache, front_limit, heap_max_block, "
+              "chunk_idle, capture_check, cache_owner, ipc)");
   parse_fails("dev=1", "unknown key 'dev' (valid keys:", NULL, NULL);
   /* keys are case-sensitive, and a long key is cut in the message */
   parse_fails("DEVICE=1", "did you mean 'device'?", NULL, NULL);
@@ -958,8 +970,9 @@ START_TEST(test_format_defaults) {
                                "oom_retries=2\n"
                                "poison=off\n"
                                "cache=on\n"
-                               "cache_limit=1073741824\n"
-                               "cache_max_block=67108864\n"
+                               "front_limit=1048576\n"
+                               "heap_max_block=1099511627776\n"
+                               "chunk_idle=256\n"
                                "capture_check=on\n"
                                "cache_owner=on\n"
                                "ipc=none\n";
@@ -1059,7 +1072,7 @@ START_TEST(test_format_too_small) {
   spool_config_init(&cfg);
   memset(buf, 'x', sizeof buf);
   ck_assert_int_eq(spool_config_format(&cfg, buf, sizeof buf), SPOOL_ERR_INVALID);
-  ck_assert_ptr_nonnull(strstr(spool_last_error(), "buf has 32 bytes, the text needs 324"));
+  ck_assert_ptr_nonnull(strstr(spool_last_error(), "buf has 32 bytes, the text needs 340"));
   ck_assert_int_eq(buf[0], 'x'); /* untouched on failure */
   ck_assert_int_eq(spool_config_format(&cfg, buf, 0), SPOOL_ERR_INVALID);
 }
@@ -1116,7 +1129,8 @@ static Suite *config_suite(void) {
   tcase_add_test(tc, test_key_track);
   tcase_add_test(tc, test_key_oom_retries);
   tcase_add_test(tc, test_key_poison);
-  tcase_add_test(tc, test_key_cache);
+  tcase_add_test(tc, test_key_heap);
+  tcase_add_test(tc, test_retired_cache_keys_name_their_successors);
   tcase_add_test(tc, test_key_report);
   tcase_add_test(tc, test_key_report_length);
   tcase_add_test(tc, test_last_wins_and_layering);

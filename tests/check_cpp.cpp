@@ -348,10 +348,13 @@ START_TEST(pool_stats_report_trim) {
   p.reset_peaks();
   ck_assert_uint_eq(p.stats().bytes_in_use_peak, 0);
 
-  ck_assert_uint_eq(p.stats().bytes_cached, 4 * MiB); /* the stream's cache holds both */
+  /* b, freed first, in the stream's front (front_limit 1 MiB); a in the heap */
+  ck_assert_uint_eq(p.stats().bytes_front, 1 * MiB);
+  ck_assert_uint_ge(p.stats().bytes_cached, 4 * MiB);
   p.release_stream(s);
   st = p.stats();
-  ck_assert_uint_eq(st.bytes_cached, 0);
+  ck_assert_uint_eq(st.bytes_cached, 0); /* their chunk went back to the pool */
+  ck_assert_uint_eq(st.bytes_heap, 0);
   ck_assert_uint_eq(st.cache_flushes, 1);
   CK_CUDA(cudaStreamSynchronize(s));
   p.trim(0);
@@ -620,7 +623,9 @@ END_TEST
 START_TEST(sim_injected_oom) {
   spool::pool p{config_with("oom_retries=0")};
   cudaStream_t s = test_stream_create();
+  /* the heap's chunk, then the request alone */
   cudasim_fail("cudaMallocFromPoolAsync", 1, cudaErrorMemoryAllocation);
+  cudasim_fail("cudaMallocFromPoolAsync", 2, cudaErrorMemoryAllocation);
   thrown t = throws([&] { (void)p.alloc<float>(256 * KiB, s); });
   ck_assert_int_eq(t.status, SPOOL_ERR_OOM);
   ck_assert_str_eq(t.name.c_str(), "SPOOL_ERR_OOM");

@@ -118,6 +118,7 @@ static void *alloc_ok(spool_pool *pool, size_t size, cudaStream_t stream) {
 typedef struct json_member {
   char key[JSON_MAX_KEY];
   bool is_null;
+  bool is_list; /* a list of flat objects ("streams"): value counts them */
   uint64_t value;
 } json_member;
 
@@ -149,8 +150,34 @@ static bool json_key(const char **sp, char out[JSON_MAX_KEY]) {
   return true;
 }
 
+static bool json_object(const char **sp, json_doc *d);
+
+/* "[{...},{...}]": objects of numbers and nulls; m->value is their count. */
+static bool json_list(const char **sp, json_member *m) {
+  const char *s = json_ws(*sp + 1);
+  m->is_list = true;
+  m->value = 0;
+  if (*s == ']') {
+    *sp = s + 1;
+    return true;
+  }
+  for (;;) {
+    json_doc item;
+    if (!json_object(&s, &item)) return false;
+    m->value++;
+    s = json_ws(s);
+    if (*s == ']') {
+      *sp = s + 1;
+      return true;
+    }
+    if (*s++ != ',') return false;
+    s = json_ws(s);
+  }
+}
+
 static bool json_value(const char **sp, json_member *m) {
   const char *s = *sp;
+  if (*s == '[') return json_list(sp, m);
   if (strncmp(s, "null", 4) == 0) {
     m->is_null = true;
     m->value = 0;
@@ -172,12 +199,16 @@ static bool json_value(const char **sp, json_member *m) {
   return true;
 }
 
-static bool json_parse(const char *s, json_doc *d) {
+/* One object of members, from *sp (at its '{') to just past its '}'. */
+static bool json_object(const char **sp, json_doc *d) {
+  const char *s = *sp;
   memset(d, 0, sizeof *d);
-  s = json_ws(s);
   if (*s++ != '{') return false;
   s = json_ws(s);
-  if (*s == '}') return *json_ws(s + 1) == '\0';
+  if (*s == '}') {
+    *sp = s + 1;
+    return true;
+  }
   for (;;) {
     if (d->n >= JSON_MAX_MEMBERS) return false;
     json_member *m = &d->m[d->n];
@@ -194,8 +225,14 @@ static bool json_parse(const char *s, json_doc *d) {
       continue;
     }
     if (*s != '}') return false;
-    return *json_ws(s + 1) == '\0';
+    *sp = s + 1;
+    return true;
   }
+}
+
+static bool json_parse(const char *s, json_doc *d) {
+  s = json_ws(s);
+  return json_object(&s, d) && *json_ws(s) == '\0';
 }
 
 /* The member named key, which must be there exactly once. */
@@ -230,7 +267,9 @@ static const struct {
     STAT_FIELD(ooms),              STAT_FIELD(trims),               STAT_FIELD(oom_retries),
     STAT_FIELD(oom_recoveries),    STAT_FIELD(oom_handler_calls),   STAT_FIELD(bad_frees),
     STAT_FIELD(cache_hits),        STAT_FIELD(cache_misses),        STAT_FIELD(bytes_cached),
-    STAT_FIELD(cache_flushes),
+    STAT_FIELD(cache_flushes),     STAT_FIELD(bytes_front),         STAT_FIELD(bytes_heap),
+    STAT_FIELD(largest_free_block), STAT_FIELD(chunk_allocs),       STAT_FIELD(chunk_frees),
+    STAT_FIELD(fences),
 };
 #undef STAT_FIELD
 #define STAT_FIELD_COUNT ((int)(sizeof stat_fields / sizeof stat_fields[0]))
@@ -420,11 +459,14 @@ START_TEST(json_reader_is_strict) {
   ck_assert_uint_eq(d.m[1].value, UINT64_MAX);
   ck_assert(d.m[2].is_null);
   ck_assert(json_parse(" { \"a\" : 1 , \"b\" : null } ", &d));
+  ck_assert(json_parse("{\"s\":[{\"x\":1},{\"x\":null}],\"t\":[]}", &d)); /* lists */
+  ck_assert(d.m[0].is_list && d.m[0].value == 2 && d.m[1].is_list && d.m[1].value == 0);
   static const char *const bad[] = {
       "",        "{",           "}",             "{\"a\":1",       "{\"a\":1,}",  "{,}",
       "{\"a\"}", "{\"a\":}",    "{a:1}",         "{\"a\":-1}",     "{\"a\":01}",  "{\"a\":1.5}",
       "{\"a\":1e3}", "{\"a\":\"1\"}", "{\"a\":true}", "{\"a\":nul}", "{\"a\":{}}",  "{\"\":1}",
       "{\"a\\\"\":1}", "{\"a\":1}x", "{\"a\":1}{}", "{\"a\":18446744073709551616}", "[1]",
+      "{\"a\":[1]}", "{\"a\":[{}}", "{\"a\":[{},]}",
       "{\"a\" 1}",
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
@@ -446,7 +488,7 @@ START_TEST(json_matches_stats) {
   char *json = stats_json(pool);
   json_doc d;
   ck_assert_msg(json_parse(json, &d), "not the JSON expected: %s", json);
-  ck_assert_int_eq(d.n, STAT_FIELD_COUNT + 3);
+  ck_assert_int_eq(d.n, STAT_FIELD_COUNT + 4);
   for (int i = 0; i < STAT_FIELD_COUNT; i++) {
     uint64_t want = stat_value(&st, stat_fields[i].offset);
     uint64_t got = json_number(&d, stat_fields[i].name);
@@ -1027,7 +1069,7 @@ START_TEST(sim_json_meminfo_fails) {
   ck_assert_ptr_nonnull(memchr(buf, '\0', sizeof buf));
   json_doc d;
   ck_assert_msg(json_parse(buf, &d), "not the JSON expected: %s", buf);
-  ck_assert_int_eq(d.n, STAT_FIELD_COUNT + 3);
+  ck_assert_int_eq(d.n, STAT_FIELD_COUNT + 4);
   ck_assert(json_get(&d, "device_free")->is_null);
   ck_assert(json_get(&d, "device_total")->is_null);
   ck_assert_uint_eq(json_number(&d, "device"), 0);

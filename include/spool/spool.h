@@ -155,14 +155,21 @@ typedef struct spool_config {
   bool poison;                      /* fill new buffers with 0xA5 and freed ones with 0xDD
                                        (cudaMemsetAsync, in stream order). Default off. Needs
                                        track=counts or full (the size of a freed buffer). */
-  bool cache;                       /* per-stream caches of freed blocks in front of the pool:
-                                       a block freed on a stream is handed out again on that
-                                       stream without a CUDA call. Default on. */
-  uint64_t cache_limit;             /* most bytes the stream caches hold in all; a free beyond
-                                       it goes to the pool. Default SPOOL_CACHE_LIMIT_DEFAULT. */
-  uint64_t cache_max_block;         /* larger allocations skip the caches. At most
-                                       SPOOL_CACHE_MAX_BLOCK_LIMIT. Default
-                                       SPOOL_CACHE_MAX_BLOCK_DEFAULT. */
+  bool cache;                       /* the stream-ordered heap in front of the pool: chunks
+                                       from the pool, split and merged into blocks, each
+                                       stream's freed blocks reused on it without a CUDA call.
+                                       Default on; off: every allocation and free goes to the
+                                       pool (cudaMallocFromPoolAsync / cudaFreeAsync). */
+  uint64_t front_limit;             /* bytes of freed blocks each stream keeps ready in front of
+                                       the heap, for a repeat of their size at the cost of a
+                                       hit; a free beyond it goes into the heap (except one
+                                       block of the size the stream allocated last). Default
+                                       SPOOL_FRONT_LIMIT_DEFAULT. */
+  uint64_t heap_max_block;          /* larger allocations skip the heap and go to the pool. At
+                                       most SPOOL_HEAP_MAX_BLOCK_LIMIT (the default). */
+  unsigned chunk_idle;              /* heap allocations a chunk whose blocks are all free may
+                                       wait for a user before it goes back to the pool. Default
+                                       SPOOL_CHUNK_IDLE_DEFAULT; 0: at once. */
   bool capture_check;               /* ask the driver (about 15 ns on an H200) whether the
                                        stream is being captured into a graph before using its
                                        cache, at the allocation (bypass the cache if so: a
@@ -179,11 +186,15 @@ typedef struct spool_config {
                                        pool=own and release_threshold=max. */
 } spool_config;
 
-/* Defaults chosen from the H200 benchmark (docs/benchmarks.md): 1 GiB holds the working sets
- * of the measured workloads at a 100% hit rate; 64 MiB keeps 64 MiB buffers on the fast path. */
-#define SPOOL_CACHE_LIMIT_DEFAULT ((uint64_t)1 << 30)     /* 1 GiB */
-#define SPOOL_CACHE_MAX_BLOCK_DEFAULT ((uint64_t)64 << 20) /* 64 MiB */
-#define SPOOL_CACHE_MAX_BLOCK_LIMIT ((uint64_t)1 << 40)   /* 1 TiB */
+/* Defaults: 1 MiB of ready blocks per stream keeps a stream's repeated small sizes on the hit
+ * path; a stream that repeats one size keeps that one block whatever its size (a loop of 64 MiB
+ * buffers still hits). More holds memory idle that the heap could merge: on cudasim, 4 MiB
+ * instead of 1 MiB took random sizes on 4 streams from 204 to 268 MiB reserved. An all-free
+ * chunk waits 256 heap allocations before it goes back, which keeps a steady loop from taking
+ * and returning chunks. */
+#define SPOOL_FRONT_LIMIT_DEFAULT ((uint64_t)1 << 20)   /* 1 MiB */
+#define SPOOL_HEAP_MAX_BLOCK_LIMIT ((uint64_t)1 << 40)  /* 1 TiB */
+#define SPOOL_CHUNK_IDLE_DEFAULT 256u
 
 /* Fills *cfg with the documented defaults above. cfg must not be NULL. Thread safe. */
 SPOOL_EXPORT void spool_config_init(spool_config *cfg);
@@ -511,12 +522,22 @@ typedef struct spool_stats {
   uint64_t oom_recoveries;       /* of those, allocations that then succeeded */
   uint64_t oom_handler_calls;    /* calls of the out-of-memory handler */
   uint64_t bad_frees;            /* frees refused: double, foreign, interior or wrong pool */
-  uint64_t cache_hits;           /* allocations served by a stream cache (no CUDA call) */
-  uint64_t cache_misses;         /* cacheable allocations that went to the pool (or took a
-                                    block another stream was done with) */
-  uint64_t bytes_cached;         /* bytes of freed blocks the stream caches hold now */
-  uint64_t cache_flushes;        /* times a stream cache gave its blocks back to the pool
-                                    (spool_trim, out of memory, spool_stream_release) */
+  uint64_t cache_hits;           /* allocations served by a stream's front (a block freed on
+                                    the same stream, of the same size class: no CUDA call) */
+  uint64_t cache_misses;         /* heap allocations the front could not serve: placed in the
+                                    heap's free ranges, or in a new chunk from the pool */
+  uint64_t bytes_cached;         /* bytes the heap holds ready but not in use: the fronts'
+                                    blocks and the free ranges of its chunks */
+  uint64_t cache_flushes;        /* times a stream's front was emptied into the heap by
+                                    spool_trim, out of memory or spool_stream_release */
+  /* the heap (appended after the fields above; read only when size says they are there) */
+  uint64_t bytes_front;          /* of bytes_cached: in the streams' fronts */
+  uint64_t bytes_heap;           /* in the heap's chunks (taken from the pool), used or free */
+  uint64_t largest_free_block;   /* the largest free range of the heap's chunks */
+  uint64_t chunk_allocs;         /* chunks taken from the pool since create */
+  uint64_t chunk_frees;          /* chunks given back to the pool (idle, trim, release) */
+  uint64_t fences;               /* fence events recorded, so that other streams can reuse
+                                    what a stream freed */
 } spool_stats;
 
 /* Fills *out (out->size is set to sizeof(spool_stats)). Library counters are exact; pool

@@ -150,7 +150,7 @@ class Helper(unittest.TestCase):
 
     def test_install_hands_the_plugin_to_torch(self):
         out = self.run_with_fake_torch(
-            "path = spool_torch.install(conf='cache_limit=2GiB')\n"
+            "path = spool_torch.install(conf='front_limit=2GiB')\n"
             "a = torch.cuda.memory.current\n"
             "lib = ctypes.CDLL(path)\n"
             "addr = lambda n: ctypes.cast(getattr(lib, n), ctypes.c_void_p).value\n"
@@ -160,14 +160,14 @@ class Helper(unittest.TestCase):
             "        'record_stream': 'spool_torch_record_stream'}\n"
             "print(sorted(k + '_fn' for k in want) == sorted(a.allocator().fns))\n"
             "print(all(a.allocator().fns[k + '_fn'] == addr(n) for k, n in want.items()))\n"
-            "print(spool_torch.install(conf='cache_limit=2GiB') == path)\n"
+            "print(spool_torch.install(conf='front_limit=2GiB') == path)\n"
             "try:\n"
             "    spool_torch.install(conf='cache=off')\n"
             "except RuntimeError as e:\n"
             "    print('second:', e)\n")
         self.assertEqual(out[0], "('spool_torch_alloc', 'spool_torch_free')")
         self.assertEqual(out[1:4], ["True", "True", "True"])
-        self.assertIn("already installed with conf='cache_limit=2GiB'", out[4])
+        self.assertIn("already installed with conf='front_limit=2GiB'", out[4])
 
     def test_install_after_cuda_init_says_what_to_do(self):
         out = self.run_with_fake_torch(

@@ -80,7 +80,7 @@ def chain(torch, n_streams=3, numel=MiB):
 
 def scenario_streams(args):
     torch, spool_torch = start(args.conf)
-    n = 2048  # 16 MiB: served by spool's stream caches (cache_max_block 64 MiB)
+    n = 2048  # 16 MiB: served by spool's heap
     base = torch.randn(n, n, device="cuda")
     ref = base @ base
     side = torch.cuda.Stream()
@@ -161,8 +161,8 @@ def scenario_install_rules(args):
     import torch
     import spool_torch
     out = {"bad_conf": caught(torch, lambda: spool_torch.install(conf="bogus=1"))}
-    path = spool_torch.install(conf="cache_limit=512MiB")
-    out["same_again"] = spool_torch.install(conf="cache_limit=512MiB") == path
+    path = spool_torch.install(conf="front_limit=512MiB")
+    out["same_again"] = spool_torch.install(conf="front_limit=512MiB") == path
     out["other_conf"] = caught(torch, lambda: spool_torch.install(conf="cache=off"))
     t = torch.arange(10, device="cuda", dtype=torch.float32)
     empty = torch.empty(0, device="cuda")

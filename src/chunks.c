@@ -1,0 +1,465 @@
+/* The stream-ordered heap under the per-stream fronts: chunks taken from the pool with
+ * cudaMallocFromPoolAsync, and blocks placed in them by a segregated best fit that splits on
+ * allocation and coalesces on free (boundary tags: each block knows its neighbours).
+ *
+ * Why a heap and not size-class caches: a block that can be split and merged serves any later
+ * size, so a stream keeps about what it uses instead of one block of every size it has seen,
+ * and memory moves between streams and back to the pool as whole chunks.
+ *
+ * Stream order decides who may reuse a free range:
+ * - A range freed on stream S is pending on S: S may reuse it at once (stream order puts the
+ *   new owner's work after the old owner's); no other stream may.
+ * - Every FENCE_EVERY heap operations on S, an event is recorded on S (S is alive then: the
+ *   caller just handed it over). Once it has completed, every range S freed before it is shared:
+ *   any stream may take it, and it merges with its shared neighbours.
+ * - A new chunk's remainder is pending on the stream it was allocated on: the pool may have
+ *   handed out memory whose previous use on that stream is still queued.
+ * - spool never calls CUDA on a stream it was not just handed; the fence events are its own,
+ *   so querying them is safe after the stream is gone.
+ *
+ * Three bands keep small requests out of big chunks (a 512 B block left in a 32 MiB chunk would
+ * pin it): up to 1 MiB in 2 MiB chunks, up to 32 MiB in 32 MiB chunks, larger ones in a chunk of
+ * their own (rounded to 2 MiB). A chunk whose blocks are all free and shared goes back to the pool once it has
+ * stayed so for chunk_idle heap allocations, and at trim, out of memory, stream release and
+ * destroy. The pool stays the only source of device memory.
+ *
+ * Everything here runs under the pool's lock. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define FENCE_EVERY 16 /* heap operations on a stream between its fence events */
+#define IDLE_SCAN 64   /* heap allocations between looks for idle chunks */
+#define SLAB 256       /* block records allocated at a time */
+
+static const uint64_t BAND_MAX[SPOOL__BANDS] = {(uint64_t)1 << 20, (uint64_t)32 << 20, UINT64_MAX};
+/* A band's chunk is the size of its largest request: the offline models and the sim put a
+ * stream's footprint at about one chunk of its band, so a larger chunk is memory a stream
+ * holds for nothing (64 MiB chunks: random on 4 streams 330 MiB against 204 MiB). */
+static const uint64_t BAND_CHUNK[SPOOL__BANDS] = {(uint64_t)2 << 20, (uint64_t)32 << 20, 0};
+#define GRANULE ((uint64_t)2 << 20) /* the pool's own rounding on current GPUs */
+
+unsigned spool__band_of(uint64_t need) {
+  unsigned b = 0;
+  while (need > BAND_MAX[b]) b++;
+  return b;
+}
+
+uint64_t spool__chunk_size(uint64_t need) {
+  uint64_t chunk = BAND_CHUNK[spool__band_of(need)];
+  if (chunk >= need) return chunk;
+  return (need + GRANULE - 1) / GRANULE * GRANULE;
+}
+
+static bool has_used(const spool__chunk *c);
+
+/* ---- block records ---------------------------------------------------------------------- */
+
+typedef struct slab {
+  struct slab *next;
+  spool__block blocks[SLAB];
+} slab;
+
+static spool__block *record_new(spool__heap *h) {
+  if (!h->spare) {
+    slab *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->next = h->slabs;
+    h->slabs = s;
+    for (int i = 0; i < SLAB; i++) {
+      s->blocks[i].next = h->spare;
+      h->spare = &s->blocks[i];
+    }
+  }
+  spool__block *b = h->spare;
+  h->spare = b->next;
+  memset(b, 0, sizeof *b);
+  return b;
+}
+
+static void record_drop(spool__heap *h, spool__block *b) {
+  b->next = h->spare;
+  b->state = SPOOL__BLOCK_GONE;
+  h->spare = b;
+}
+
+/* ---- bins: one list per size class, a bitmap of the non-empty ones -------------------------- */
+
+static void bin_insert(spool__bins *x, spool__block *b) {
+  unsigned c = spool__class_of(b->bytes);
+  b->bin = (uint16_t)c;
+  b->fprev = NULL;
+  b->fnext = x->head[c];
+  if (b->fnext) b->fnext->fprev = b;
+  x->head[c] = b;
+  x->map[c / 64] |= (uint64_t)1 << (c % 64);
+  x->bytes += b->bytes;
+}
+
+static void bin_remove(spool__bins *x, spool__block *b) {
+  unsigned c = b->bin;
+  if (b->fprev) b->fprev->fnext = b->fnext;
+  else x->head[c] = b->fnext;
+  if (b->fnext) b->fnext->fprev = b->fprev;
+  if (!x->head[c]) x->map[c / 64] &= ~((uint64_t)1 << (c % 64));
+  x->bytes -= b->bytes;
+}
+
+/* The first non-empty class at or above c, or SPOOL__CLASSES. */
+static unsigned next_class(const spool__bins *x, unsigned c) {
+  for (unsigned w = c / 64; w < SPOOL__BIN_WORDS; w++) {
+    uint64_t m = x->map[w];
+    if (w == c / 64) m &= ~(uint64_t)0 << (c % 64);
+    if (m) return w * 64 + (unsigned)__builtin_ctzll(m);
+  }
+  return SPOOL__CLASSES;
+}
+
+/* The smallest block of at least need bytes, or NULL. Blocks in classes above need's all fit;
+ * need's own class holds sizes on both sides of it and is searched (a short walk: one class is
+ * at most 1/8 wide). */
+static spool__block *bins_fit(const spool__bins *x, uint64_t need) {
+  unsigned c = spool__class_of(need);
+  spool__block *best = NULL;
+  for (spool__block *b = x->head[c]; b; b = b->fnext)
+    if (b->bytes >= need && (!best || b->bytes < best->bytes)) best = b;
+  if (best) return best;
+  unsigned k = next_class(x, c + 1);
+  if (k == SPOOL__CLASSES) return NULL;
+  for (spool__block *b = x->head[k]; b; b = b->fnext)
+    if (!best || b->bytes < best->bytes || (b->bytes == best->bytes && b->addr < best->addr))
+      best = b;
+  return best;
+}
+
+/* ---- which index a free range is in ----------------------------------------------------- */
+
+static spool__bins *bins_of(spool__heap *h, spool__block *b) {
+  unsigned band = b->chunk->band;
+  return b->owner ? &b->owner->bins[band] : &h->shared[band];
+}
+
+static void pending_append(spool__pending *o, spool__block *b) {
+  b->pnext = NULL;
+  b->pprev = o->tail;
+  if (o->tail) o->tail->pnext = b;
+  else o->head = b;
+  o->tail = b;
+}
+
+static void pending_remove(spool__pending *o, spool__block *b) {
+  if (b->pprev) b->pprev->pnext = b->pnext;
+  else o->head = b->pnext;
+  if (b->pnext) b->pnext->pprev = b->pprev;
+  else o->tail = b->pprev;
+  b->pprev = b->pnext = NULL;
+}
+
+/* Takes the free range b out of its index. */
+static void unlist(spool__heap *h, spool__block *b) {
+  bin_remove(bins_of(h, b), b);
+  if (b->owner) pending_remove(b->owner, b);
+  h->free_bytes -= b->bytes;
+}
+
+/* Puts the free range b into the index its owner says. */
+static void enlist(spool__heap *h, spool__block *b) {
+  bin_insert(bins_of(h, b), b);
+  if (b->owner) pending_append(b->owner, b);
+  h->free_bytes += b->bytes;
+  if (!b->prev && !b->next) b->chunk->empty_since = h->allocs;
+}
+
+/* Merges the free neighbour n into b (n follows b in the chunk); n's record goes. */
+static void absorb_next(spool__heap *h, spool__block *b, spool__block *n) {
+  b->bytes += n->bytes;
+  b->next = n->next;
+  if (n->next) n->next->prev = b;
+  record_drop(h, n);
+}
+
+/* Whether the free neighbour n may merge into b's range: the same owner, or n is shared. A
+ * shared neighbour taken into a pending range waits for b's owner's next fence before other
+ * streams see it again (a few operations), but the owner gets one range instead of two. */
+static bool joins(const spool__block *b, const spool__block *n) {
+  return n && n->state == SPOOL__BLOCK_FREE && (n->owner == b->owner || !n->owner);
+}
+
+/* Merges b, which is not in any index, with the free neighbours it may join; returns the
+ * merged range (still unlisted). */
+static spool__block *coalesce(spool__heap *h, spool__block *b) {
+  spool__block *n = b->next, *p = b->prev;
+  if (joins(b, n)) {
+    unlist(h, n);
+    absorb_next(h, b, n);
+  }
+  if (joins(b, p)) {
+    unlist(h, p);
+    p->owner = b->owner;
+    p->tick = b->tick;
+    absorb_next(h, p, b);
+    b = p;
+  }
+  return b;
+}
+
+/* ---- allocation ------------------------------------------------------------------------- */
+
+/* Cuts need bytes off the front of the free range b (listed) and returns them as a used block;
+ * a remainder under SPOOL__MIN_BLOCK stays with the block. NULL without host memory. */
+static spool__block *carve(spool__heap *h, spool__block *b, uint64_t need) {
+  unlist(h, b);
+  if (b->bytes - need < SPOOL__MIN_BLOCK) {
+    b->state = SPOOL__BLOCK_USED;
+    b->owner = NULL;
+    return b;
+  }
+  spool__block *u = record_new(h);
+  if (!u) {
+    enlist(h, b);
+    return NULL;
+  }
+  *u = (spool__block){.addr = b->addr, .bytes = need, .prev = b->prev, .next = b,
+                      .chunk = b->chunk, .state = SPOOL__BLOCK_USED};
+  if (b->prev) b->prev->next = u;
+  else b->chunk->first = u;
+  b->prev = u;
+  b->addr += need;
+  b->bytes -= need;
+  enlist(h, b);
+  return u;
+}
+
+spool__block *spool__heap_fit(spool_pool *p, spool__pending *own, uint64_t need) {
+  spool__heap *h = &p->heap;
+  unsigned band = spool__band_of(need);
+  spool__block *mine = bins_fit(&own->bins[band], need);
+  spool__block *any = bins_fit(&h->shared[band], need);
+  spool__block *b = !any || (mine && mine->bytes <= any->bytes) ? mine : any;
+  if (!b) return NULL;
+  spool__block *u = carve(h, b, need);
+  if (u) h->allocs++;
+  return u;
+}
+
+spool__block *spool__heap_add_chunk(spool_pool *p, spool__pending *own, uintptr_t addr,
+                                    uint64_t bytes, uint64_t need) {
+  spool__heap *h = &p->heap;
+  spool__chunk *c = calloc(1, sizeof *c);
+  spool__block *b = c ? record_new(h) : NULL;
+  if (!b) {
+    free(c);
+    return NULL;
+  }
+  *c = (spool__chunk){.addr = addr, .bytes = bytes, .band = (uint8_t)spool__band_of(need),
+                      .first = b, .next = h->chunks};
+  if (h->chunks) h->chunks->prev = c;
+  h->chunks = c;
+  h->chunk_bytes += bytes;
+  h->chunk_allocs++;
+  /* The whole chunk is a range freed on own's stream just now; the caller's block is cut off. */
+  *b = (spool__block){.addr = addr, .bytes = bytes, .chunk = c, .state = SPOOL__BLOCK_FREE,
+                      .owner = own, .tick = ++own->tick};
+  enlist(h, b);
+  spool__block *u = carve(h, b, need);
+  if (u) h->allocs++;
+  return u;
+}
+
+/* ---- free ------------------------------------------------------------------------------- */
+
+void spool__heap_release(spool_pool *p, spool__pending *own, spool__block *b) {
+  spool__heap *h = &p->heap;
+  b->state = SPOOL__BLOCK_FREE;
+  b->owner = own;
+  b->tick = ++own->tick;
+  enlist(h, coalesce(h, b));
+}
+
+/* Every range own freed up to tick (inclusive) becomes shared. */
+static void publish(spool__heap *h, spool__pending *own, uint64_t tick) {
+  while (own->head && own->head->tick <= tick) {
+    spool__block *b = own->head;
+    unlist(h, b);
+    b->owner = NULL;
+    enlist(h, coalesce(h, b));
+  }
+}
+
+/* Whether own's fence has completed; if so, publishes what it covers. */
+static bool fence_done(spool__heap *h, spool__pending *own) {
+  if (!own->fence_pending) return false;
+  /* An event query is "potentially unsafe" to CUDA: in relaxed mode it leaves another thread's
+   * global-mode capture alone. */
+  enum cudaStreamCaptureMode mode;
+  bool relaxed = spool__relaxed_enter(&mode);
+  cudaError_t err = cudaEventQuery(own->fence);
+  spool__relaxed_leave(relaxed, mode);
+  if (err != cudaSuccess) {
+    spool__clear_cuda_error(); /* not ready, or failed: not this time */
+    return false;
+  }
+  own->fence_pending = false;
+  h->fences_passed++;
+  publish(h, own, own->fence_tick);
+  return true;
+}
+
+/* Records own's fence on stream, covering every range it has freed so far. Failures only mean
+ * no fence this time. */
+static void fence_record(spool__heap *h, spool__pending *own, cudaStream_t stream) {
+  if (!own->fence &&
+      cudaEventCreateWithFlags(&own->fence, cudaEventDisableTiming) != cudaSuccess) {
+    spool__clear_cuda_error();
+    own->fence = NULL;
+    return;
+  }
+  if (cudaEventRecord(own->fence, stream) != cudaSuccess) {
+    spool__clear_cuda_error();
+    return;
+  }
+  own->fence_tick = own->tick;
+  own->fence_pending = true;
+  h->fences++;
+}
+
+void spool__heap_stream_op(spool_pool *p, spool__pending *own, cudaStream_t stream) {
+  if (++own->ops < FENCE_EVERY) return;
+  own->ops = 0;
+  spool__heap *h = &p->heap;
+  if (own->fence_pending) fence_done(h, own);
+  if (!own->fence_pending && own->head) fence_record(h, own, stream);
+}
+
+bool spool__heap_has_free_chunk(const spool_pool *p) {
+  for (const spool__chunk *c = p->heap.chunks; c; c = c->next)
+    if (!has_used(c)) return true;
+  return false;
+}
+
+bool spool__heap_publish_ready(spool_pool *p) {
+  bool any = false;
+  for (spool__scache *c = p->caches; c; c = c->next) any |= fence_done(&p->heap, &c->pend);
+  return any;
+}
+
+void spool__heap_publish_all(spool_pool *p) {
+  for (spool__scache *c = p->caches; c; c = c->next) spool__heap_publish_own(p, &c->pend);
+}
+
+void spool__heap_publish_own(spool_pool *p, spool__pending *own) {
+  own->fence_pending = false;
+  publish(&p->heap, own, UINT64_MAX);
+}
+
+/* ---- giving chunks back ----------------------------------------------------------------- */
+
+/* The chunk's one free range when the whole chunk is free, else NULL. */
+static spool__block *empty_range(const spool__chunk *c) {
+  spool__block *b = c->first;
+  return b->state == SPOOL__BLOCK_FREE && !b->next ? b : NULL;
+}
+
+static void chunk_drop(spool__heap *h, spool__chunk *c) {
+  if (c->prev) c->prev->next = c->next;
+  else h->chunks = c->next;
+  if (c->next) c->next->prev = c->prev;
+  h->chunk_bytes -= c->bytes;
+  h->chunk_frees++;
+  free(c);
+}
+
+spool_status spool__heap_free_empty(spool_pool *p, spool__pending *own, cudaStream_t stream,
+                                    uint64_t idle, const char *ctx) {
+  spool__heap *h = &p->heap;
+  spool__chunk *next;
+  for (spool__chunk *c = h->chunks; c; c = next) {
+    next = c->next;
+    spool__block *b = empty_range(c);
+    if (!b || (b->owner && b->owner != own) || h->allocs - c->empty_since < idle) continue;
+    cudaError_t err = cudaFreeAsync((void *)c->addr, stream);
+    if (err != cudaSuccess) {
+      char size[SPOOL__SIZE_TEXT];
+      return spool__fail_cuda(err, "cudaFreeAsync", "%s: giving a free chunk of %s at %p back "
+                              "to the pool on stream %p (it stays in the heap)", ctx,
+                              spool__format_size(c->bytes, size), (void *)c->addr,
+                              (void *)stream);
+    }
+    unlist(h, b);
+    record_drop(h, b);
+    chunk_drop(h, c);
+  }
+  return SPOOL_OK;
+}
+
+void spool__heap_idle(spool_pool *p, spool__pending *own, cudaStream_t stream) {
+  spool__heap *h = &p->heap;
+  if (h->allocs - h->idle_scan < IDLE_SCAN) return;
+  h->idle_scan = h->allocs;
+  char message[SPOOL__MESSAGE];
+  spool__save_error(message); /* a chunk that cannot go back now stays: not the caller's error */
+  if (spool__heap_free_empty(p, own, stream, p->cfg.chunk_idle, "spool_alloc") != SPOOL_OK)
+    spool__clear_cuda_error();
+  spool__restore_error(message);
+}
+
+static bool has_used(const spool__chunk *c) {
+  for (const spool__block *b = c->first; b; b = b->next)
+    if (b->state == SPOOL__BLOCK_USED) return true;
+  return false;
+}
+
+spool_status spool__heap_destroy(spool_pool *p, cudaStream_t stream, bool used_too,
+                                 const char *ctx) {
+  spool__heap *h = &p->heap;
+  spool_status s = SPOOL_OK;
+  uint64_t kept = 0, kept_chunks = 0;
+  /* Every chunk is tried: one that fails does not keep the others from going back. */
+  while (h->chunks) {
+    spool__chunk *c = h->chunks;
+    if (!used_too && has_used(c)) { /* leaked buffers that could not be freed stay */
+      chunk_drop(h, c);
+      continue;
+    }
+    cudaError_t err = cudaFreeAsync((void *)c->addr, stream);
+    if (err != cudaSuccess && s == SPOOL_OK) {
+      char size[SPOOL__SIZE_TEXT];
+      s = spool__fail_cuda(err, "cudaFreeAsync", "%s: giving the heap's chunk of %s at %p back",
+                           ctx, spool__format_size(c->bytes, size), (void *)c->addr);
+    } else if (err != cudaSuccess) {
+      spool__clear_cuda_error();
+    }
+    if (err != cudaSuccess) kept += c->bytes, kept_chunks++;
+    chunk_drop(h, c);
+  }
+  if (s != SPOOL_OK) {
+    char size[SPOOL__SIZE_TEXT];
+    spool__append(s, "; %llu chunk%s, %s in all, stay allocated in the pool",
+                  (unsigned long long)kept_chunks, kept_chunks == 1 ? "" : "s",
+                  spool__format_size(kept, size));
+  }
+  while (h->slabs) {
+    slab *first = h->slabs;
+    h->slabs = first->next;
+    free(first);
+  }
+  h->spare = NULL;
+  return s;
+}
+
+/* ---- figures ------------------------------------------------------------------------------ */
+
+uint64_t spool__heap_largest_free(const spool_pool *p) {
+  uint64_t most = 0;
+  for (const spool__chunk *c = p->heap.chunks; c; c = c->next)
+    for (const spool__block *b = c->first; b; b = b->next)
+      if (b->state == SPOOL__BLOCK_FREE && b->bytes > most) most = b->bytes;
+  return most;
+}
+
+uint64_t spool__heap_pending_bytes(const spool__pending *own) {
+  uint64_t n = 0;
+  for (unsigned b = 0; b < SPOOL__BANDS; b++) n += own->bins[b].bytes;
+  return n;
+}
