@@ -15,7 +15,7 @@ bool env_open(bench_env *e, const options *o, report *rep) {
   counts_init(&e->c, o->quick);
   CUDA_TRY(cudaSetDevice(o->device));
   CUDA_TRY(cudaFree(NULL)); /* the context now, not inside the first measurement */
-  for (int i = 0; i < BENCH_STREAMS; ++i)
+  for (int i = 0; i < BENCH_MAX_STREAMS; ++i)
     CUDA_TRY(cudaStreamCreateWithFlags(&e->streams[i], cudaStreamNonBlocking));
   int most = 0;
   for (int i = 0; i < o->nthreads; ++i) most = o->threads[i] > most ? o->threads[i] : most;
@@ -26,7 +26,7 @@ bool env_open(bench_env *e, const options *o, report *rep) {
 
 bool env_close(bench_env *e) {
   bool ok = bench_cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize()", __FILE__, __LINE__);
-  for (int i = 0; i < BENCH_STREAMS; ++i)
+  for (int i = 0; i < BENCH_MAX_STREAMS; ++i)
     if (e->streams[i] != NULL)
       ok = bench_cuda_ok(cudaStreamDestroy(e->streams[i]), "cudaStreamDestroy", __FILE__,
                          __LINE__) && ok;
@@ -70,7 +70,7 @@ static bool job_make(bench_env *e, job *j, const workload *wl) {
                           c->churn_warmup + (long)e->o->reps * c->churn_steps, BENCH_SEED + 2);
   case KIND_PIPELINE:
     j->slot = (size_t)c->width * (size_t)c->height * sizeof(float);
-    return pipeline_open(&j->pipe, c->width, c->height, e->streams);
+    return pipeline_open(&j->pipe, c->width, c->height, e->streams, wl->streams);
   }
   return false;
 }
@@ -93,7 +93,7 @@ static long share(const allocator *a, const workload *wl, long n) {
 static bool body_pairs(bench_env *e, job *j, allocator *a, result *res, double *rep,
                        live_count *live) {
   const long n = share(a, j->wl, e->c.pairs);
-  pairs_plan pl = {j->sizes, share(a, j->wl, e->c.pairs_warmup), e->streams, BENCH_STREAMS,
+  pairs_plan pl = {j->sizes, share(a, j->wl, e->c.pairs_warmup), e->streams, j->wl->streams,
                    BENCH_SYNC_ROUNDS, j->wl->kernels};
   double ns = 0;
   if (!loop_pairs(a, &pl, live, &ns)) return false;
@@ -129,14 +129,14 @@ static bool body_churn(bench_env *e, job *j, allocator *a, result *res, double *
   churn_slots sl;
   memset(&sl, 0, sizeof sl);
   double ns = 0;
-  bool ok = churn_fill(a, &j->churn, e->streams, &sl, live) &&
-            churn_steps(a, &j->churn, 0, c->churn_warmup, e->streams, &sl, live, &ns);
+  bool ok = churn_fill(a, &j->churn, e->streams, j->wl->streams, &sl, live) &&
+            churn_steps(a, &j->churn, 0, c->churn_warmup, &sl, live, &ns);
   for (int r = 0; ok && r < e->o->reps; ++r) {
     const long first = c->churn_warmup + r * c->churn_steps;
-    ok = churn_steps(a, &j->churn, first, c->churn_steps, e->streams, &sl, live, &rep[r]);
+    ok = churn_steps(a, &j->churn, first, c->churn_steps, &sl, live, &rep[r]);
     rep[r] /= (double)c->churn_steps;
   }
-  ok = churn_drain(a, e->streams, &sl, live) && ok;
+  ok = churn_drain(a, &sl, live) && ok;
   res->iters = c->churn_steps;
   return ok;
 }

@@ -154,7 +154,7 @@ static void method_line(FILE *out, const workload *wl, const counts *c) {
   switch (wl->kind) {
   case KIND_PAIRS:
     fprintf(out, "  %ld pairs per rep (cudaMalloc: %ld), %d streams round robin, each "
-            "synchronized every %d rounds\n", c->pairs, c->pairs / wl->slow_div, BENCH_STREAMS,
+            "synchronized every %d rounds\n", c->pairs, c->pairs / wl->slow_div, wl->streams,
             BENCH_SYNC_ROUNDS);
     fprintf(out, wl->kernels ? "  ns/iter: alloc + launch + free; ns>launch: ns/iter minus the "
                                "same loop's bare launch (none)\n"
@@ -162,13 +162,13 @@ static void method_line(FILE *out, const workload *wl, const counts *c) {
     break;
   case KIND_PIPELINE:
     fprintf(out, "  %dx%d, %d frames per rep, queued %d at a time round robin over %d streams\n",
-            c->width, c->height, c->frames, c->frame_group, BENCH_STREAMS);
+            c->width, c->height, c->frames, c->frame_group, wl->streams);
     fprintf(out, "  us/frame: host time to queue a frame; over launch: ns per alloc+free pair "
             "over none;\n  wall ms/f: per frame until its streams are synchronized\n");
     break;
   case KIND_CHURN:
     fprintf(out, "  %ld live buffers, %ld steps per rep on %d streams, synchronized every %d "
-            "steps\n", c->churn_live, c->churn_steps, BENCH_STREAMS, BENCH_CHURN_SYNC);
+            "steps\n", c->churn_live, c->churn_steps, wl->streams, BENCH_CHURN_SYNC);
     break;
   case KIND_THREADS:
     fprintf(out, "  %ld pairs per thread per rep (cudaMalloc: %ld), each thread's stream "
