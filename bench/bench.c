@@ -4,7 +4,8 @@
  * threshold 0 and with threshold max; spool with cache=off, with its defaults, and tuned; and
  * `none`, the same loop with the allocations taken out, which every other row is read against.
  * Workloads (workload.h): 1 MiB and 64 MiB fixed and 256 B..32 MiB log-uniform, each without and
- * with a kernel per buffer; the five-kernel image pipeline; churn; host threads.
+ * with a kernel per buffer; the log-uniform one on 8 streams; the five-kernel image pipeline;
+ * churn; host threads.
  *
  * Output: a header (spool version and commit, card, driver, runtime, the command), a table per
  * workload, the issue's targets beside their figures; optionally a CSV and PNG plots. docs/

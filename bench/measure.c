@@ -53,7 +53,7 @@ static bool job_make(bench_env *e, job *j, const workload *wl) {
   memset(j, 0, sizeof *j);
   j->wl = wl;
   switch (wl->kind) {
-  case KIND_PAIRS: { /* the random workloads with and without kernels replay one sequence */
+  case KIND_PAIRS: { /* random, random+k and single8 replay one sequence (one seed, one range) */
     const long n = c->pairs > c->pairs_warmup ? c->pairs : c->pairs_warmup;
     j->sizes = sequence_sizes(wl, n, BENCH_SEED);
     j->slot = j->sizes != NULL ? sequence_max(j->sizes, n) : 0;

@@ -15,6 +15,10 @@ const workload WORKLOADS[WL_COUNT] = {
      10},
     {"random", "log-uniform 256 B..32 MiB, no kernel", KIND_PAIRS, false, 0, 256, 32 * MIB,
      BENCH_STREAMS, 1},
+    /* random's sequence on twice the streams: what an allocator that keeps its free memory per
+     * stream reserves when one temporary at a time visits 8 of them. */
+    {"single8", "random on 8 streams: one temporary live at a time, no kernel", KIND_PAIRS, false,
+     0, 256, 32 * MIB, 8, 1},
     {"1mib+k", "1 MiB every pair, a kernel per buffer", KIND_PAIRS, true, MIB, 0, 0,
      BENCH_STREAMS, 1},
     {"64mib+k", "64 MiB every pair, a kernel per buffer", KIND_PAIRS, true, 64 * MIB, 0, 0,

@@ -30,6 +30,7 @@ typedef enum workload_id {
   WL_1MIB,
   WL_64MIB,
   WL_RANDOM,
+  WL_SINGLE8,
   WL_1MIB_K,
   WL_64MIB_K,
   WL_RANDOM_K,
