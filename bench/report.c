@@ -30,13 +30,22 @@ static double ratio(const result *x) {
   return x->live_high > 0 ? (double)x->reserved_high / (double)x->live_high : 0;
 }
 
+/* The literature's fragmentation figure (peak live over peak footprint): the share of what the
+ * allocator held at most that the workload used at most; 1 is no overhead. */
+static double utilization(const result *x) {
+  return x->reserved_high > 0 ? (double)x->live_high / (double)x->reserved_high : 0;
+}
+
+/* Whether the memory figures mean anything: the baseline holds its ring whatever it is asked. */
+static bool has_memory(const result *x) { return x->st != &STRATEGIES[ST_NONE]; }
+
 /* ---- CSV ------------------------------------------------------------------------------------- */
 
 static const char CSV_COLUMNS[] =
     "workload,strategy,config,threads,kernels,iters,reps,pairs_per_iter,ns_per_iter,"
     "ns_per_iter_min,ns_per_iter_max,none_ns_per_iter,over_none_ns_per_pair,pairs_per_s,"
     "none_pairs_per_s,pct_of_none,wall_ns_per_iter,reserved_high,live_high,reserved_over_live,"
-    "cache_hits,cache_misses,status,note";
+    "utilization,cache_hits,cache_misses,status,note";
 
 /* A text field, quoted as RFC 4180 says: in double quotes, inner quotes doubled. */
 static void csv_text(FILE *f, const char *s) {
@@ -65,7 +74,7 @@ static void csv_row(FILE *f, const result *x, const result *none) {
   fprintf(f, ",%d,%d,%ld,%d,%g,", x->threads, x->wl->kernels, x->iters, x->reps,
           x->pairs_per_iter);
   if (x->skipped) {
-    fprintf(f, ",,,,,,,,,,,,,,skipped,");
+    fprintf(f, ",,,,,,,,,,,,,,,skipped,");
     csv_text(f, x->note);
     fputc('\n', f);
     return;
@@ -83,7 +92,9 @@ static void csv_row(FILE *f, const result *x, const result *none) {
   if (x->wall_ns > 0) fprintf(f, "%.1f", x->wall_ns);
   fprintf(f, ",%llu,%llu,", (unsigned long long)x->reserved_high,
           (unsigned long long)x->live_high);
-  if (x->st != &STRATEGIES[ST_NONE] && x->live_high > 0) fprintf(f, "%.3f", ratio(x));
+  if (has_memory(x) && x->live_high > 0) fprintf(f, "%.3f", ratio(x));
+  fputc(',', f);
+  if (has_memory(x) && x->reserved_high > 0) fprintf(f, "%.3f", utilization(x));
   if (x->have_cache)
     fprintf(f, ",%llu,%llu,ok,\n", (unsigned long long)x->cache_hits,
             (unsigned long long)x->cache_misses);
@@ -191,8 +202,8 @@ static double figure(const result *x, double ns) {
 
 static void memory_cols(FILE *out, const result *x) {
   char b1[32], b2[32];
-  if (x->st == &STRATEGIES[ST_NONE]) {
-    fprintf(out, " %10s %10s %8s", "-", "-", "-");
+  if (!has_memory(x)) {
+    fprintf(out, " %10s %10s %8s %5s", "-", "-", "-", "-");
   } else {
     fprintf(out, " %10s %10s", bench_bytes((double)x->reserved_high, b1, sizeof b1),
             bench_bytes((double)x->live_high, b2, sizeof b2));
@@ -200,6 +211,10 @@ static void memory_cols(FILE *out, const result *x) {
       fprintf(out, " %8.2f", ratio(x));
     else
       fprintf(out, " %8s", "-");
+    if (x->reserved_high > 0)
+      fprintf(out, " %5.2f", utilization(x));
+    else
+      fprintf(out, " %5s", "-");
   }
   if (x->have_cache && x->cache_hits + x->cache_misses > 0)
     fprintf(out, " %5.0f%%\n",
@@ -236,10 +251,10 @@ void report_table(FILE *out, const report *r, const workload *wl, const counts *
   labels(wl, &fig, &over);
   fprintf(out, "== %s: %s\n", wl->name, wl->what);
   method_line(out, wl, c);
-  fprintf(out, "  %-13s%s %10s %9s %9s %12s%s %10s %10s %8s %6s\n", "strategy",
+  fprintf(out, "  %-13s%s %10s %9s %9s %12s%s %10s %10s %8s %5s %6s\n", "strategy",
           wl->kind == KIND_THREADS ? " thr" : "", fig, "min", "max", over,
           wl->kind == KIND_PIPELINE ? " wall ms/f" : "", "res. high", "live high", "res/live",
-          "cache");
+          "util", "cache");
   for (size_t i = 0; i < r->n; ++i)
     if (r->v[i].wl == wl) table_row(out, r, &r->v[i]);
   fputc('\n', out);
