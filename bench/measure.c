@@ -182,6 +182,10 @@ static bool run_one(bench_env *e, job *j, strategy_id sid, int threads) {
     res.skipped = true; /* this spool does not know a key of the text (yet) */
     return report_add(e->rep, &res);
   }
+  if (st->usable != NULL && !st->usable(res.note, sizeof res.note)) {
+    res.skipped = true; /* e.g. PyTorch chose another backend for this process */
+    return report_add(e->rep, &res);
+  }
   allocator a;
   strategy_init(&a, st, e->o->device, res.conf, j->slot);
   bench_context(j->wl->name, st->name);
@@ -189,6 +193,10 @@ static bool run_one(bench_env *e, job *j, strategy_id sid, int threads) {
   live_count live = {0, 0};
   bool ok = st->setup(&a) && st->reset_peaks(&a) && body(e, j, &a, &res, rep, &live) &&
             st->reserved_high(&a, &res.reserved_high);
+  if (ok && st->allocated_high != NULL) {
+    res.have_allocated = st->allocated_high(&a, &res.allocated_high);
+    ok = res.have_allocated;
+  }
   if (ok) {
     res.live_high = live.high;
     if (st->live_is_reserved) res.reserved_high = live.high;

@@ -24,7 +24,8 @@ PAIRS = ["1mib", "64mib", "random", "single8", "churn"]
 KERNELS = ["1mib+k", "64mib+k", "random+k", "pipeline"]
 # One colour per strategy in every plot, whichever strategies a run had.
 COLORS = {"none": "0.55", "cudaMalloc": "C0", "async-t0": "C1", "async-tmax": "C2",
-          "spool-nocache": "C3", "spool": "C4", "spool-tuned": "C5"}
+          "spool-nocache": "C3", "spool": "C4", "spool-tuned": "C5", "torch-native": "C6",
+          "torch-expandable": "C7"}
 
 
 def read(path):

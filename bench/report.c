@@ -45,7 +45,7 @@ static const char CSV_COLUMNS[] =
     "workload,strategy,config,threads,kernels,iters,reps,pairs_per_iter,ns_per_iter,"
     "ns_per_iter_min,ns_per_iter_max,none_ns_per_iter,over_none_ns_per_pair,pairs_per_s,"
     "none_pairs_per_s,pct_of_none,wall_ns_per_iter,reserved_high,live_high,reserved_over_live,"
-    "utilization,cache_hits,cache_misses,status,note";
+    "utilization,allocated_high,cache_hits,cache_misses,status,note";
 
 /* A text field, quoted as RFC 4180 says: in double quotes, inner quotes doubled. */
 static void csv_text(FILE *f, const char *s) {
@@ -64,6 +64,7 @@ bool report_open(report *r, const char *path, const run_info *info) {
   if (r->csv == NULL) return bench_fail("cannot write %s: %s", path, strerror(errno));
   fprintf(r->csv, "# spool_bench: %s\n# %s\n# %s\n# date: %s\n# command: %s\n", info->spool,
           info->device, info->driver, info->date, info->command);
+  if (info->torch[0] != '\0') fprintf(r->csv, "# torch: %s\n", info->torch);
   fprintf(r->csv, "%s\n", CSV_COLUMNS);
   return true;
 }
@@ -74,7 +75,7 @@ static void csv_row(FILE *f, const result *x, const result *none) {
   fprintf(f, ",%d,%d,%ld,%d,%g,", x->threads, x->wl->kernels, x->iters, x->reps,
           x->pairs_per_iter);
   if (x->skipped) {
-    fprintf(f, ",,,,,,,,,,,,,,,skipped,");
+    fprintf(f, ",,,,,,,,,,,,,,,,skipped,");
     csv_text(f, x->note);
     fputc('\n', f);
     return;
@@ -95,6 +96,8 @@ static void csv_row(FILE *f, const result *x, const result *none) {
   if (has_memory(x) && x->live_high > 0) fprintf(f, "%.3f", ratio(x));
   fputc(',', f);
   if (has_memory(x) && x->reserved_high > 0) fprintf(f, "%.3f", utilization(x));
+  fputc(',', f);
+  if (x->have_allocated) fprintf(f, "%llu", (unsigned long long)x->allocated_high);
   if (x->have_cache)
     fprintf(f, ",%llu,%llu,ok,\n", (unsigned long long)x->cache_hits,
             (unsigned long long)x->cache_misses);
@@ -134,6 +137,7 @@ bool report_close(report *r) {
 void report_header(FILE *out, const run_info *info) {
   fprintf(out, "spool_bench: %s\n%s\n%s\ndate: %s\ncommand: %s\n", info->spool, info->device,
           info->driver, info->date, info->command);
+  if (info->torch[0] != '\0') fprintf(out, "torch: %s\n", info->torch);
   fprintf(out, "method: host time per iteration (CLOCK_MONOTONIC), median of %d reps after a "
           "warm-up%s;\n        every strategy replays the same pre-generated sequences (seed "
           "0x%llx)\n", info->reps, info->quick ? " (--quick: a smoke run)" : "",
@@ -145,7 +149,8 @@ void report_header(FILE *out, const run_info *info) {
   else fprintf(out, "not measured\n");
   fprintf(out, "strategies (spool-tuned: \"%s\"):\n", info->tuned);
   for (int i = 0; i < ST_COUNT; ++i)
-    fprintf(out, "  %-13s %s\n", STRATEGIES[i].name, STRATEGIES[i].what);
+    fprintf(out, "  %-16s %s%s\n", STRATEGIES[i].name, STRATEGIES[i].what,
+            strategy_in_build(&STRATEGIES[i]) ? "" : " [not in this build]");
   fputc('\n', out);
 }
 
@@ -224,8 +229,12 @@ static void memory_cols(FILE *out, const result *x) {
 }
 
 static void table_row(FILE *out, const report *r, const result *x) {
-  fprintf(out, "  %-13s", x->st->name);
+  fprintf(out, "  %-16s", x->st->name);
   if (x->wl->kind == KIND_THREADS) fprintf(out, " %3d", x->threads);
+  if (x->skipped && x->conf == NULL) {
+    fprintf(out, "  skipped: %s\n", x->note);
+    return;
+  }
   if (x->skipped) { /* spool's message without its list of valid keys (the CSV has it all) */
     int n = (int)strcspn(x->note, "(");
     while (n > 0 && x->note[n - 1] == ' ') --n;
@@ -251,7 +260,7 @@ void report_table(FILE *out, const report *r, const workload *wl, const counts *
   labels(wl, &fig, &over);
   fprintf(out, "== %s: %s\n", wl->name, wl->what);
   method_line(out, wl, c);
-  fprintf(out, "  %-13s%s %10s %9s %9s %12s%s %10s %10s %8s %5s %6s\n", "strategy",
+  fprintf(out, "  %-16s%s %10s %9s %9s %12s%s %10s %10s %8s %5s %6s\n", "strategy",
           wl->kind == KIND_THREADS ? " thr" : "", fig, "min", "max", over,
           wl->kind == KIND_PIPELINE ? " wall ms/f" : "", "res. high", "live high", "res/live",
           "util", "cache");
