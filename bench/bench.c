@@ -1,10 +1,12 @@
 /* spool_bench: every allocation strategy on the same pre-generated workloads, in one process.
  *
  * Strategies (strategy.h): cudaMalloc/cudaFree; cudaMallocAsync on the default pool with release
- * threshold 0 and with threshold max; spool with cache=off, with its defaults, and tuned; and
+ * threshold 0 and with threshold max; PyTorch's caching allocator with and without expandable
+ * segments, in a build with PyTorch; spool with cache=off, with its defaults, and tuned; and
  * `none`, the same loop with the allocations taken out, which every other row is read against.
  * Workloads (workload.h): 1 MiB and 64 MiB fixed and 256 B..32 MiB log-uniform, each without and
- * with a kernel per buffer; the five-kernel image pipeline; churn; host threads.
+ * with a kernel per buffer; the log-uniform one on 8 streams; the five-kernel image pipeline;
+ * churn; host threads.
  *
  * Output: a header (spool version and commit, card, driver, runtime, the command), a table per
  * workload, the issue's targets beside their figures; optionally a CSV and PNG plots. docs/
@@ -26,6 +28,7 @@
 
 #include "floor.h"
 #include "measure.h"
+#include "torch_strategy.h"
 
 #ifndef SPOOL_BENCH_COMMIT
 #define SPOOL_BENCH_COMMIT "unknown" /* bench/CMakeLists.txt passes git's commit in */
@@ -83,6 +86,7 @@ static bool describe(run_info *info, const options *o) {
   kernel_driver(kmod, sizeof kmod);
   snprintf(info->driver, sizeof info->driver, "driver %s (CUDA %d.%d), runtime %d.%d", kmod,
            drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
+  if (!bench_torch_describe(info->torch, sizeof info->torch)) info->torch[0] = '\0';
   const time_t now = time(NULL);
   struct tm tm;
   gmtime_r(&now, &tm);
@@ -190,7 +194,7 @@ int main(int argc, char **argv) {
 
   static char cmd[2048], csv_path[4096];
   command_line(argc, argv, cmd, sizeof cmd);
-  run_info info = {cmd, "", "", "", "", 0, false, NULL, 0, -1};
+  run_info info = {cmd, "", "", "", "", "", 0, false, NULL, 0, -1};
   const char *csv = o.csv;
   if (o.plots != NULL && !make_dirs(o.plots)) return 1;
   if (o.plots != NULL && csv == NULL) {

@@ -44,8 +44,10 @@ bool loop_pairs(allocator *a, const pairs_plan *pl, live_count *live, double *ns
 
 /* ---- churn ----------------------------------------------------------------------------------- */
 
-bool churn_fill(allocator *a, const churn_seq *q, const cudaStream_t *streams, churn_slots *sl,
-                live_count *live) {
+bool churn_fill(allocator *a, const churn_seq *q, const cudaStream_t *streams, int nstreams,
+                churn_slots *sl, live_count *live) {
+  sl->streams = streams;
+  sl->nstreams = nstreams;
   sl->n = q->live;
   sl->ptr = calloc((size_t)q->live, sizeof *sl->ptr);
   sl->size = calloc((size_t)q->live, sizeof *sl->size);
@@ -53,19 +55,20 @@ bool churn_fill(allocator *a, const churn_seq *q, const cudaStream_t *streams, c
   if (sl->ptr == NULL || sl->size == NULL || sl->stream == NULL)
     return bench_fail("out of host memory for %ld churn slots", q->live);
   for (long i = 0; i < q->live; ++i) {
-    const int k = (int)(i % BENCH_STREAMS);
+    const int k = (int)(i % nstreams);
     if (!a->alloc(a, &sl->ptr[i], q->init[i], streams[k])) return false;
     sl->size[i] = q->init[i];
     sl->stream[i] = k;
     live_add(live, q->init[i]);
   }
-  return sync_streams(streams, BENCH_STREAMS);
+  return sync_streams(streams, nstreams);
 }
 
 /* Replaces slot j's buffer. The old one is freed on its own stream (where its allocation was
- * ordered), the new one allocated on s; a failed alloc leaves the slot empty. */
-static inline bool churn_step(allocator *a, churn_slots *sl, uint32_t j, size_t n,
-                              const cudaStream_t *streams, int k, live_count *live) {
+ * ordered), the new one allocated on stream k; a failed alloc leaves the slot empty. */
+static inline bool churn_step(allocator *a, churn_slots *sl, uint32_t j, size_t n, int k,
+                              live_count *live) {
+  const cudaStream_t *streams = sl->streams;
   if (!a->free(a, sl->ptr[j], streams[sl->stream[j]])) return false;
   live_sub(live, sl->size[j]);
   sl->ptr[j] = NULL;
@@ -76,35 +79,37 @@ static inline bool churn_step(allocator *a, churn_slots *sl, uint32_t j, size_t 
   return true;
 }
 
-bool churn_steps(allocator *a, const churn_seq *q, long first, long count,
-                 const cudaStream_t *streams, churn_slots *sl, live_count *live, double *ns) {
+bool churn_steps(allocator *a, const churn_seq *q, long first, long count, churn_slots *sl,
+                 live_count *live, double *ns) {
   long to_sync = BENCH_CHURN_SYNC;
-  int k = (int)(first % BENCH_STREAMS);
+  const int nstreams = sl->nstreams;
+  int k = (int)(first % nstreams);
   const double t0 = bench_now_ns();
   for (long i = first; i < first + count; ++i) {
-    if (!churn_step(a, sl, q->slot[i], q->size[i], streams, k, live)) return false;
-    if (++k == BENCH_STREAMS) k = 0;
+    if (!churn_step(a, sl, q->slot[i], q->size[i], k, live)) return false;
+    if (++k == nstreams) k = 0;
     if (--to_sync == 0) {
-      if (!sync_streams(streams, BENCH_STREAMS)) return false;
+      if (!sync_streams(sl->streams, nstreams)) return false;
       to_sync = BENCH_CHURN_SYNC;
     }
   }
-  if (!sync_streams(streams, BENCH_STREAMS)) return false;
+  if (!sync_streams(sl->streams, nstreams)) return false;
   *ns = bench_now_ns() - t0;
   return true;
 }
 
-bool churn_drain(allocator *a, const cudaStream_t *streams, churn_slots *sl, live_count *live) {
+bool churn_drain(allocator *a, churn_slots *sl, live_count *live) {
   bool ok = true;
   for (long i = 0; sl->ptr != NULL && i < sl->n; ++i) {
     if (sl->ptr[i] == NULL) continue;
-    ok = a->free(a, sl->ptr[i], streams[sl->stream[i]]) && ok;
+    ok = a->free(a, sl->ptr[i], sl->streams[sl->stream[i]]) && ok;
     live_sub(live, sl->size[i]);
   }
-  ok = sync_streams(streams, BENCH_STREAMS) && ok;
+  if (sl->streams != NULL) ok = sync_streams(sl->streams, sl->nstreams) && ok;
   free(sl->ptr);
   free(sl->size);
   free(sl->stream);
   sl->ptr = NULL, sl->size = NULL, sl->stream = NULL, sl->n = 0;
+  sl->streams = NULL, sl->nstreams = 0;
   return ok;
 }

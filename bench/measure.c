@@ -15,7 +15,7 @@ bool env_open(bench_env *e, const options *o, report *rep) {
   counts_init(&e->c, o->quick);
   CUDA_TRY(cudaSetDevice(o->device));
   CUDA_TRY(cudaFree(NULL)); /* the context now, not inside the first measurement */
-  for (int i = 0; i < BENCH_STREAMS; ++i)
+  for (int i = 0; i < BENCH_MAX_STREAMS; ++i)
     CUDA_TRY(cudaStreamCreateWithFlags(&e->streams[i], cudaStreamNonBlocking));
   int most = 0;
   for (int i = 0; i < o->nthreads; ++i) most = o->threads[i] > most ? o->threads[i] : most;
@@ -26,7 +26,7 @@ bool env_open(bench_env *e, const options *o, report *rep) {
 
 bool env_close(bench_env *e) {
   bool ok = bench_cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize()", __FILE__, __LINE__);
-  for (int i = 0; i < BENCH_STREAMS; ++i)
+  for (int i = 0; i < BENCH_MAX_STREAMS; ++i)
     if (e->streams[i] != NULL)
       ok = bench_cuda_ok(cudaStreamDestroy(e->streams[i]), "cudaStreamDestroy", __FILE__,
                          __LINE__) && ok;
@@ -53,7 +53,7 @@ static bool job_make(bench_env *e, job *j, const workload *wl) {
   memset(j, 0, sizeof *j);
   j->wl = wl;
   switch (wl->kind) {
-  case KIND_PAIRS: { /* the random workloads with and without kernels replay one sequence */
+  case KIND_PAIRS: { /* random, random+k and single8 replay one sequence (one seed, one range) */
     const long n = c->pairs > c->pairs_warmup ? c->pairs : c->pairs_warmup;
     j->sizes = sequence_sizes(wl, n, BENCH_SEED);
     j->slot = j->sizes != NULL ? sequence_max(j->sizes, n) : 0;
@@ -70,7 +70,7 @@ static bool job_make(bench_env *e, job *j, const workload *wl) {
                           c->churn_warmup + (long)e->o->reps * c->churn_steps, BENCH_SEED + 2);
   case KIND_PIPELINE:
     j->slot = (size_t)c->width * (size_t)c->height * sizeof(float);
-    return pipeline_open(&j->pipe, c->width, c->height, e->streams);
+    return pipeline_open(&j->pipe, c->width, c->height, e->streams, wl->streams);
   }
   return false;
 }
@@ -93,7 +93,7 @@ static long share(const allocator *a, const workload *wl, long n) {
 static bool body_pairs(bench_env *e, job *j, allocator *a, result *res, double *rep,
                        live_count *live) {
   const long n = share(a, j->wl, e->c.pairs);
-  pairs_plan pl = {j->sizes, share(a, j->wl, e->c.pairs_warmup), e->streams, BENCH_STREAMS,
+  pairs_plan pl = {j->sizes, share(a, j->wl, e->c.pairs_warmup), e->streams, j->wl->streams,
                    BENCH_SYNC_ROUNDS, j->wl->kernels};
   double ns = 0;
   if (!loop_pairs(a, &pl, live, &ns)) return false;
@@ -129,14 +129,14 @@ static bool body_churn(bench_env *e, job *j, allocator *a, result *res, double *
   churn_slots sl;
   memset(&sl, 0, sizeof sl);
   double ns = 0;
-  bool ok = churn_fill(a, &j->churn, e->streams, &sl, live) &&
-            churn_steps(a, &j->churn, 0, c->churn_warmup, e->streams, &sl, live, &ns);
+  bool ok = churn_fill(a, &j->churn, e->streams, j->wl->streams, &sl, live) &&
+            churn_steps(a, &j->churn, 0, c->churn_warmup, &sl, live, &ns);
   for (int r = 0; ok && r < e->o->reps; ++r) {
     const long first = c->churn_warmup + r * c->churn_steps;
-    ok = churn_steps(a, &j->churn, first, c->churn_steps, e->streams, &sl, live, &rep[r]);
+    ok = churn_steps(a, &j->churn, first, c->churn_steps, &sl, live, &rep[r]);
     rep[r] /= (double)c->churn_steps;
   }
-  ok = churn_drain(a, e->streams, &sl, live) && ok;
+  ok = churn_drain(a, &sl, live) && ok;
   res->iters = c->churn_steps;
   return ok;
 }
@@ -182,6 +182,10 @@ static bool run_one(bench_env *e, job *j, strategy_id sid, int threads) {
     res.skipped = true; /* this spool does not know a key of the text (yet) */
     return report_add(e->rep, &res);
   }
+  if (st->usable != NULL && !st->usable(res.note, sizeof res.note)) {
+    res.skipped = true; /* e.g. PyTorch chose another backend for this process */
+    return report_add(e->rep, &res);
+  }
   allocator a;
   strategy_init(&a, st, e->o->device, res.conf, j->slot);
   bench_context(j->wl->name, st->name);
@@ -189,6 +193,10 @@ static bool run_one(bench_env *e, job *j, strategy_id sid, int threads) {
   live_count live = {0, 0};
   bool ok = st->setup(&a) && st->reset_peaks(&a) && body(e, j, &a, &res, rep, &live) &&
             st->reserved_high(&a, &res.reserved_high);
+  if (ok && st->allocated_high != NULL) {
+    res.have_allocated = st->allocated_high(&a, &res.allocated_high);
+    ok = res.have_allocated;
+  }
   if (ok) {
     res.live_high = live.high;
     if (st->live_is_reserved) res.reserved_high = live.high;

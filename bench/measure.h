@@ -12,7 +12,8 @@ typedef struct bench_env {
   const options *o;
   counts c;
   report *rep;
-  cudaStream_t streams[BENCH_STREAMS];      /* non-blocking; pairs, pipeline, churn */
+  cudaStream_t streams[BENCH_MAX_STREAMS];  /* non-blocking; a workload uses its first
+                                               `streams` (pairs, pipeline, churn) */
   cudaStream_t tstreams[BENCH_MAX_THREADS]; /* non-blocking; one per thread */
   int ntstreams;
 } bench_env;

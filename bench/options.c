@@ -16,7 +16,8 @@ void options_usage(FILE *f) {
           "\n"
           "Runs every strategy on the same pre-generated workloads in one process and prints a\n"
           "table per workload (host time, median of the reps, and memory: reserved high / live\n"
-          "high), then the issue's targets next to the figures they judge.\n"
+          "high and its inverse, utilization), then the issue's targets next to the figures\n"
+          "they judge.\n"
           "\n"
           "  --quick          a smoke run of a few seconds (short reps, %d reps)\n"
           "  --csv FILE       also write every row to FILE (CSV)\n"
@@ -27,10 +28,11 @@ void options_usage(FILE *f) {
           BENCH_QUICK_REPS);
   for (int i = 0; i < WL_COUNT; ++i)
     fprintf(f, "      %-9s %s\n", WORKLOADS[i].name, WORKLOADS[i].what);
-  fprintf(f, "  --strategies LIST  strategies to run (default all; `none`, the baseline, always "
-             "runs):\n");
+  fprintf(f, "  --strategies LIST  strategies to run (default all in this build; `none`, the\n"
+             "                   baseline, always runs):\n");
   for (int i = 1; i < ST_COUNT; ++i)
-    fprintf(f, "      %-14s %s\n", STRATEGIES[i].name, STRATEGIES[i].what);
+    fprintf(f, "      %-16s %s%s\n", STRATEGIES[i].name, STRATEGIES[i].what,
+            strategy_in_build(&STRATEGIES[i]) ? "" : " [not in this build]");
   fprintf(f,
           "  --tuned TEXT     spool-tuned's config text (default \"%s\")\n"
           "  --threads LIST   thread counts of the threads workload (default 1,2,4,8,16; 1..%d)\n"
@@ -40,6 +42,9 @@ void options_usage(FILE *f) {
           "\n"
           "spool strategies are configured by their config text only (SPOOL_CONF is not read); a\n"
           "built-in text this spool does not accept skips its strategy with the parser's reason.\n"
+          "torch-* are in builds configured with -DSPOOL_BENCH_TORCH=ON (scripts/bench does so\n"
+          "when python3 has torch); they set expandable_segments and leave the rest of\n"
+          "PYTORCH_CUDA_ALLOC_CONF to PyTorch.\n"
           "Exit status: 0 ok, 1 a CUDA or spool call failed, 2 bad usage, 77 no CUDA device.\n",
           BENCH_TUNED_DEFAULT, BENCH_MAX_THREADS, BENCH_DEFAULT_REPS);
 }
@@ -100,10 +105,26 @@ static bool parse_threads(const char *opt, const char *text, options *o) {
   return o->nthreads > 0 ? true : bad(opt, text, "a list such as 1,2,4,8,16");
 }
 
+/* "all" means all that this binary has; a strategy named that it has not is bad usage. */
+static bool strategies_in_build(const char *opt, const char *text, options *o) {
+  for (int i = 0; i < ST_COUNT; ++i) {
+    if (!o->strategy[i] || strategy_in_build(&STRATEGIES[i])) continue;
+    if (strcmp(text, "all") == 0) {
+      o->strategy[i] = false;
+      continue;
+    }
+    fprintf(stderr, BENCH_PROG ": %s: %s is not in this build (configure with "
+            "-DSPOOL_BENCH_TORCH=ON; scripts/bench does when python3 has torch)\n", opt,
+            STRATEGIES[i].name);
+    return false;
+  }
+  return true;
+}
+
 static void defaults(options *o) {
   memset(o, 0, sizeof *o);
   for (int i = 0; i < WL_COUNT; ++i) o->workload[i] = true;
-  for (int i = 0; i < ST_COUNT; ++i) o->strategy[i] = true;
+  for (int i = 0; i < ST_COUNT; ++i) o->strategy[i] = strategy_in_build(&STRATEGIES[i]);
   o->tuned = BENCH_TUNED_DEFAULT;
   static const int thr[] = {1, 2, 4, 8, 16};
   for (int i = 0; i < 5; ++i) o->threads[i] = thr[i];
@@ -130,9 +151,9 @@ static bool value_option(options *o, const char *name, const char *val) {
   if (strcmp(name, "--only") == 0)
     return parse_names(name, val, workload_find, o->workload, WL_COUNT);
   if (strcmp(name, "--strategies") == 0) {
-    const bool ok = parse_names(name, val, strategy_find, o->strategy, ST_COUNT);
+    if (!parse_names(name, val, strategy_find, o->strategy, ST_COUNT)) return false;
     o->strategy[ST_NONE] = true;
-    return ok;
+    return strategies_in_build(name, val, o);
   }
   if (strcmp(name, "--tuned") == 0) {
     if (val == NULL) return bad(name, val, "config text");

@@ -8,27 +8,29 @@
 
 #define LAUNCH(call) bench_cuda_ok((call), #call, __FILE__, __LINE__)
 
-bool pipeline_open(pipeline *pl, int w, int h, const cudaStream_t *streams) {
+bool pipeline_open(pipeline *pl, int w, int h, const cudaStream_t *streams, int lanes) {
   memset(pl, 0, sizeof *pl);
-  pl->w = w, pl->h = h, pl->streams = streams;
+  if (lanes < 1 || lanes > BENCH_MAX_STREAMS)
+    return bench_fail("pipeline: %d lanes (1..%d)", lanes, BENCH_MAX_STREAMS);
+  pl->w = w, pl->h = h, pl->streams = streams, pl->lanes = lanes;
   const size_t px = (size_t)w * (size_t)h;
-  for (int i = 0; i < BENCH_STREAMS; ++i) {
+  for (int i = 0; i < lanes; ++i) {
     CUDA_TRY(cudaMalloc((void **)&pl->rgb[i], 3 * px));
     CUDA_TRY(cudaMalloc((void **)&pl->out[i], px));
   }
-  CUDA_TRY(cudaMalloc((void **)&pl->sum, BENCH_STREAMS * sizeof *pl->sum));
-  CUDA_TRY(cudaMemset(pl->sum, 0, BENCH_STREAMS * sizeof *pl->sum));
+  CUDA_TRY(cudaMalloc((void **)&pl->sum, (size_t)lanes * sizeof *pl->sum));
+  CUDA_TRY(cudaMemset(pl->sum, 0, (size_t)lanes * sizeof *pl->sum));
   return true;
 }
 
 bool pipeline_close(pipeline *pl) {
   bool ok = bench_cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize()", __FILE__, __LINE__);
-  void *bufs[2 * BENCH_STREAMS + 1] = {pl->sum};
-  for (int i = 0; i < BENCH_STREAMS; ++i) {
+  void *bufs[2 * BENCH_MAX_STREAMS + 1] = {pl->sum};
+  for (int i = 0; i < BENCH_MAX_STREAMS; ++i) {
     bufs[1 + 2 * i] = pl->rgb[i];
     bufs[2 + 2 * i] = pl->out[i];
   }
-  for (int i = 0; i < 2 * BENCH_STREAMS + 1; ++i)
+  for (int i = 0; i < 2 * BENCH_MAX_STREAMS + 1; ++i)
     if (bufs[i] != NULL)
       ok = bench_cuda_ok(cudaFree(bufs[i]), "cudaFree", __FILE__, __LINE__) && ok;
   memset(pl, 0, sizeof *pl);
@@ -95,9 +97,9 @@ bool pipeline_run(allocator *a, const pipeline *pl, int first, int frames, int g
     const int end = g + group < frames ? g + group : frames;
     const double t0 = bench_now_ns();
     for (int f = first + g; f < first + end; ++f)
-      if (!frame(a, pl, f % BENCH_STREAMS, f, live)) return false;
+      if (!frame(a, pl, f % pl->lanes, f, live)) return false;
     const double t1 = bench_now_ns();
-    if (!sync_streams(pl->streams, BENCH_STREAMS)) return false;
+    if (!sync_streams(pl->streams, pl->lanes)) return false;
     *queue_ns += t1 - t0;
     *wall_ns += bench_now_ns() - t0;
   }

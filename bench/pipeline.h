@@ -20,14 +20,16 @@ enum { PIPELINE_PAIRS = 5 }; /* alloc+free pairs per frame */
 
 typedef struct pipeline {
   int w, h;
-  const cudaStream_t *streams; /* BENCH_STREAMS lanes */
-  uint8_t *rgb[BENCH_STREAMS]; /* per lane, cudaMalloc'd once: not part of what is compared */
-  uint8_t *out[BENCH_STREAMS];
-  unsigned long long *sum;     /* output checksums, one per lane */
+  const cudaStream_t *streams;     /* one per lane */
+  int lanes;                       /* at most BENCH_MAX_STREAMS */
+  uint8_t *rgb[BENCH_MAX_STREAMS]; /* per lane, cudaMalloc'd once: not part of what is compared */
+  uint8_t *out[BENCH_MAX_STREAMS];
+  unsigned long long *sum;         /* output checksums, one per lane */
 } pipeline;
 
-/* Makes the lanes' long-lived buffers. pipeline_close releases whatever was made. */
-bool pipeline_open(pipeline *pl, int w, int h, const cudaStream_t *streams);
+/* Makes the long-lived buffers of `lanes` lanes, lane i on streams[i]. pipeline_close releases
+ * whatever was made. */
+bool pipeline_open(pipeline *pl, int w, int h, const cudaStream_t *streams, int lanes);
 bool pipeline_close(pipeline *pl);
 
 /* frames frames numbered from first, round robin, in groups of `group` frames: the host time

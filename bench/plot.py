@@ -4,7 +4,8 @@
     python3 bench/plot.py CSV OUTDIR
 
 Writes into OUTDIR (created if needed):
-  pairs.png        host ns per alloc+free pair, no kernels (1mib, 64mib, random, churn)
+  pairs.png        host ns per alloc+free pair, no kernels (1mib, 64mib, random, single8,
+                   churn)
   over_launch.png  ns per pair over the bare launch (1mib+k, 64mib+k, random+k, pipeline)
   threads.png      alloc+free pairs per second, all threads together, per thread count
   memory.png       reserved high / live high per workload (threads left out: there a pool's
@@ -19,11 +20,12 @@ import csv
 import os
 import sys
 
-PAIRS = ["1mib", "64mib", "random", "churn"]
+PAIRS = ["1mib", "64mib", "random", "single8", "churn"]
 KERNELS = ["1mib+k", "64mib+k", "random+k", "pipeline"]
 # One colour per strategy in every plot, whichever strategies a run had.
 COLORS = {"none": "0.55", "cudaMalloc": "C0", "async-t0": "C1", "async-tmax": "C2",
-          "spool-nocache": "C3", "spool": "C4", "spool-tuned": "C5"}
+          "spool-nocache": "C3", "spool": "C4", "spool-tuned": "C5", "torch-native": "C6",
+          "torch-expandable": "C7"}
 
 
 def read(path):

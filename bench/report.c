@@ -30,13 +30,22 @@ static double ratio(const result *x) {
   return x->live_high > 0 ? (double)x->reserved_high / (double)x->live_high : 0;
 }
 
+/* The literature's fragmentation figure (peak live over peak footprint): the share of what the
+ * allocator held at most that the workload used at most; 1 is no overhead. */
+static double utilization(const result *x) {
+  return x->reserved_high > 0 ? (double)x->live_high / (double)x->reserved_high : 0;
+}
+
+/* Whether the memory figures mean anything: the baseline holds its ring whatever it is asked. */
+static bool has_memory(const result *x) { return x->st != &STRATEGIES[ST_NONE]; }
+
 /* ---- CSV ------------------------------------------------------------------------------------- */
 
 static const char CSV_COLUMNS[] =
     "workload,strategy,config,threads,kernels,iters,reps,pairs_per_iter,ns_per_iter,"
     "ns_per_iter_min,ns_per_iter_max,none_ns_per_iter,over_none_ns_per_pair,pairs_per_s,"
     "none_pairs_per_s,pct_of_none,wall_ns_per_iter,reserved_high,live_high,reserved_over_live,"
-    "cache_hits,cache_misses,status,note";
+    "utilization,allocated_high,cache_hits,cache_misses,status,note";
 
 /* A text field, quoted as RFC 4180 says: in double quotes, inner quotes doubled. */
 static void csv_text(FILE *f, const char *s) {
@@ -55,6 +64,7 @@ bool report_open(report *r, const char *path, const run_info *info) {
   if (r->csv == NULL) return bench_fail("cannot write %s: %s", path, strerror(errno));
   fprintf(r->csv, "# spool_bench: %s\n# %s\n# %s\n# date: %s\n# command: %s\n", info->spool,
           info->device, info->driver, info->date, info->command);
+  if (info->torch[0] != '\0') fprintf(r->csv, "# torch: %s\n", info->torch);
   fprintf(r->csv, "%s\n", CSV_COLUMNS);
   return true;
 }
@@ -65,7 +75,7 @@ static void csv_row(FILE *f, const result *x, const result *none) {
   fprintf(f, ",%d,%d,%ld,%d,%g,", x->threads, x->wl->kernels, x->iters, x->reps,
           x->pairs_per_iter);
   if (x->skipped) {
-    fprintf(f, ",,,,,,,,,,,,,,skipped,");
+    fprintf(f, ",,,,,,,,,,,,,,,,skipped,");
     csv_text(f, x->note);
     fputc('\n', f);
     return;
@@ -83,7 +93,11 @@ static void csv_row(FILE *f, const result *x, const result *none) {
   if (x->wall_ns > 0) fprintf(f, "%.1f", x->wall_ns);
   fprintf(f, ",%llu,%llu,", (unsigned long long)x->reserved_high,
           (unsigned long long)x->live_high);
-  if (x->st != &STRATEGIES[ST_NONE] && x->live_high > 0) fprintf(f, "%.3f", ratio(x));
+  if (has_memory(x) && x->live_high > 0) fprintf(f, "%.3f", ratio(x));
+  fputc(',', f);
+  if (has_memory(x) && x->reserved_high > 0) fprintf(f, "%.3f", utilization(x));
+  fputc(',', f);
+  if (x->have_allocated) fprintf(f, "%llu", (unsigned long long)x->allocated_high);
   if (x->have_cache)
     fprintf(f, ",%llu,%llu,ok,\n", (unsigned long long)x->cache_hits,
             (unsigned long long)x->cache_misses);
@@ -123,6 +137,7 @@ bool report_close(report *r) {
 void report_header(FILE *out, const run_info *info) {
   fprintf(out, "spool_bench: %s\n%s\n%s\ndate: %s\ncommand: %s\n", info->spool, info->device,
           info->driver, info->date, info->command);
+  if (info->torch[0] != '\0') fprintf(out, "torch: %s\n", info->torch);
   fprintf(out, "method: host time per iteration (CLOCK_MONOTONIC), median of %d reps after a "
           "warm-up%s;\n        every strategy replays the same pre-generated sequences (seed "
           "0x%llx)\n", info->reps, info->quick ? " (--quick: a smoke run)" : "",
@@ -134,7 +149,8 @@ void report_header(FILE *out, const run_info *info) {
   else fprintf(out, "not measured\n");
   fprintf(out, "strategies (spool-tuned: \"%s\"):\n", info->tuned);
   for (int i = 0; i < ST_COUNT; ++i)
-    fprintf(out, "  %-13s %s\n", STRATEGIES[i].name, STRATEGIES[i].what);
+    fprintf(out, "  %-16s %s%s\n", STRATEGIES[i].name, STRATEGIES[i].what,
+            strategy_in_build(&STRATEGIES[i]) ? "" : " [not in this build]");
   fputc('\n', out);
 }
 
@@ -154,7 +170,7 @@ static void method_line(FILE *out, const workload *wl, const counts *c) {
   switch (wl->kind) {
   case KIND_PAIRS:
     fprintf(out, "  %ld pairs per rep (cudaMalloc: %ld), %d streams round robin, each "
-            "synchronized every %d rounds\n", c->pairs, c->pairs / wl->slow_div, BENCH_STREAMS,
+            "synchronized every %d rounds\n", c->pairs, c->pairs / wl->slow_div, wl->streams,
             BENCH_SYNC_ROUNDS);
     fprintf(out, wl->kernels ? "  ns/iter: alloc + launch + free; ns>launch: ns/iter minus the "
                                "same loop's bare launch (none)\n"
@@ -162,13 +178,13 @@ static void method_line(FILE *out, const workload *wl, const counts *c) {
     break;
   case KIND_PIPELINE:
     fprintf(out, "  %dx%d, %d frames per rep, queued %d at a time round robin over %d streams\n",
-            c->width, c->height, c->frames, c->frame_group, BENCH_STREAMS);
+            c->width, c->height, c->frames, c->frame_group, wl->streams);
     fprintf(out, "  us/frame: host time to queue a frame; over launch: ns per alloc+free pair "
             "over none;\n  wall ms/f: per frame until its streams are synchronized\n");
     break;
   case KIND_CHURN:
     fprintf(out, "  %ld live buffers, %ld steps per rep on %d streams, synchronized every %d "
-            "steps\n", c->churn_live, c->churn_steps, BENCH_STREAMS, BENCH_CHURN_SYNC);
+            "steps\n", c->churn_live, c->churn_steps, wl->streams, BENCH_CHURN_SYNC);
     break;
   case KIND_THREADS:
     fprintf(out, "  %ld pairs per thread per rep (cudaMalloc: %ld), each thread's stream "
@@ -191,8 +207,8 @@ static double figure(const result *x, double ns) {
 
 static void memory_cols(FILE *out, const result *x) {
   char b1[32], b2[32];
-  if (x->st == &STRATEGIES[ST_NONE]) {
-    fprintf(out, " %10s %10s %8s", "-", "-", "-");
+  if (!has_memory(x)) {
+    fprintf(out, " %10s %10s %8s %5s", "-", "-", "-", "-");
   } else {
     fprintf(out, " %10s %10s", bench_bytes((double)x->reserved_high, b1, sizeof b1),
             bench_bytes((double)x->live_high, b2, sizeof b2));
@@ -200,6 +216,10 @@ static void memory_cols(FILE *out, const result *x) {
       fprintf(out, " %8.2f", ratio(x));
     else
       fprintf(out, " %8s", "-");
+    if (x->reserved_high > 0)
+      fprintf(out, " %5.2f", utilization(x));
+    else
+      fprintf(out, " %5s", "-");
   }
   if (x->have_cache && x->cache_hits + x->cache_misses > 0)
     fprintf(out, " %5.0f%%\n",
@@ -209,8 +229,12 @@ static void memory_cols(FILE *out, const result *x) {
 }
 
 static void table_row(FILE *out, const report *r, const result *x) {
-  fprintf(out, "  %-13s", x->st->name);
+  fprintf(out, "  %-16s", x->st->name);
   if (x->wl->kind == KIND_THREADS) fprintf(out, " %3d", x->threads);
+  if (x->skipped && x->conf == NULL) {
+    fprintf(out, "  skipped: %s\n", x->note);
+    return;
+  }
   if (x->skipped) { /* spool's message without its list of valid keys (the CSV has it all) */
     int n = (int)strcspn(x->note, "(");
     while (n > 0 && x->note[n - 1] == ' ') --n;
@@ -236,10 +260,10 @@ void report_table(FILE *out, const report *r, const workload *wl, const counts *
   labels(wl, &fig, &over);
   fprintf(out, "== %s: %s\n", wl->name, wl->what);
   method_line(out, wl, c);
-  fprintf(out, "  %-13s%s %10s %9s %9s %12s%s %10s %10s %8s %6s\n", "strategy",
+  fprintf(out, "  %-16s%s %10s %9s %9s %12s%s %10s %10s %8s %5s %6s\n", "strategy",
           wl->kind == KIND_THREADS ? " thr" : "", fig, "min", "max", over,
           wl->kind == KIND_PIPELINE ? " wall ms/f" : "", "res. high", "live high", "res/live",
-          "cache");
+          "util", "cache");
   for (size_t i = 0; i < r->n; ++i)
     if (r->v[i].wl == wl) table_row(out, r, &r->v[i]);
   fputc('\n', out);

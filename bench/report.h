@@ -20,6 +20,8 @@ typedef struct result {
   double wall_ns;         /* pipeline: ns per frame until its streams are synchronized */
   uint64_t reserved_high; /* what the allocator held from the device at most (strategy.h) */
   uint64_t live_high;     /* the harness's count of asked-for bytes at most */
+  bool have_allocated;    /* the strategy keeps its own count of bytes handed out ... */
+  uint64_t allocated_high; /* ... and this was its highest (strategy.allocated_high) */
   bool have_cache;        /* spool reported cache counters (since create, warm-up included) */
   uint64_t cache_hits, cache_misses;
   bool skipped;           /* not run: note says why */
@@ -32,6 +34,7 @@ typedef struct run_info {
   char spool[64];        /* spool version and commit */
   char device[320];      /* ordinal, name, memory */
   char driver[160];      /* driver version (kernel module and CUDA), runtime version */
+  char torch[512];       /* PyTorch's version and settings; "" in a build without it */
   char date[32];         /* UTC */
   int reps;
   bool quick;

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "torch_strategy.h"
+
 /* ---- none: the loop with the allocations taken out ------------------------------------------- */
 
 /* Per thread, so that threads do not share a counter's cache line. Kernels never see two live
@@ -119,6 +121,34 @@ static bool async_teardown(allocator *a) {
   return ok;
 }
 
+/* ---- PyTorch's caching allocator (torch_strategy.h) ------------------------------------------ */
+
+/* teardown empties PyTorch's cache only after a setup that got that far. */
+static bool torch_setup(allocator *a, bool expandable) {
+  a->expandable = expandable;
+  a->ready = bench_torch_setup(a->device, expandable);
+  return a->ready;
+}
+
+static bool torch_native_setup(allocator *a) { return torch_setup(a, false); }
+static bool torch_expandable_setup(allocator *a) { return torch_setup(a, true); }
+
+static bool torch_reset(allocator *a) { return bench_torch_reset_peaks(a->device); }
+
+static bool torch_reserved(allocator *a, uint64_t *out) {
+  uint64_t allocated = 0;
+  return bench_torch_peaks(a->device, out, &allocated);
+}
+
+static bool torch_allocated(allocator *a, uint64_t *out) {
+  uint64_t reserved = 0;
+  return bench_torch_peaks(a->device, &reserved, out);
+}
+
+static bool torch_teardown(allocator *a) {
+  return !a->ready || bench_torch_teardown(a->device, a->expandable);
+}
+
 /* ---- spool (sp_*: spool_ is the library's prefix) -------------------------------------------- */
 
 static bool sp_setup(allocator *a) {
@@ -166,6 +196,11 @@ static bool sp_teardown(allocator *a) {
   .reserved_high = prefix##_reserved, .teardown = prefix##_teardown
 #define SPOOL_STRATEGY(nm, text, desc)                                                            \
   {.name = nm, .what = desc, .conf = text, .setup = sp_setup, POOL_FNS(sp)}
+#define TORCH_STRATEGY(nm, kind, desc)                                                            \
+  {.name = nm, .what = desc, .in_build = bench_torch_built, .usable = bench_torch_usable,         \
+   .setup = torch_##kind##_setup, .alloc = bench_torch_alloc, .free = bench_torch_free,           \
+   .reset_peaks = torch_reset, .reserved_high = torch_reserved,                                   \
+   .allocated_high = torch_allocated, .teardown = torch_teardown}
 
 const strategy STRATEGIES[ST_COUNT] = {
     {.name = "none",
@@ -182,6 +217,10 @@ const strategy STRATEGIES[ST_COUNT] = {
     {.name = "async-tmax",
      .what = "cudaMallocAsync + cudaFreeAsync, default pool, release threshold max",
      .setup = async_tmax_setup, POOL_FNS(async)},
+    TORCH_STRATEGY("torch-native", native,
+                   "PyTorch's caching allocator: raw_alloc_with_stream + raw_delete (c10)"),
+    TORCH_STRATEGY("torch-expandable", expandable,
+                   "the same with expandable_segments:True (torch-native sets False)"),
     SPOOL_STRATEGY("spool-nocache", "cache=off",
                    "spool_alloc + spool_free, defaults with cache=off"),
     SPOOL_STRATEGY("spool", "", "spool_alloc + spool_free, defaults"),
@@ -194,6 +233,8 @@ int strategy_find(const char *name) {
     if (strcmp(STRATEGIES[i].name, name) == 0) return i;
   return -1;
 }
+
+bool strategy_in_build(const strategy *st) { return st->in_build == NULL || st->in_build(); }
 
 bool strategy_conf_ok(const char *conf, char *why, size_t len) {
   spool_config cfg;

@@ -7,6 +7,10 @@
  *   async-t0       cudaMallocAsync + cudaFreeAsync on the device's current (default) pool with
  *                  release threshold 0, as CUDA ships it
  *   async-tmax     the same with release threshold max (the pool keeps its memory)
+ *   torch-native   PyTorch's CUDA caching allocator through its C++ API (raw_alloc_with_stream
+ *                  + raw_delete), expandable_segments:False; only in a build with PyTorch
+ *                  (torch_strategy.h)
+ *   torch-expandable  the same with expandable_segments:True
  *   spool-nocache  spool with its defaults and `cache=off`
  *   spool          spool with its defaults
  *   spool-tuned    spool with the tuned config text (--tuned)
@@ -14,7 +18,9 @@
  * spool strategies are configured by config text through spool_config_parse, so the harness
  * builds against any version of spool; a strategy whose text this build of spool does not accept
  * (a key it does not know yet) is skipped with the parser's message. SPOOL_CONF is not read:
- * every strategy is exactly what its text says. */
+ * every strategy is exactly what its text says. The torch strategies set expandable_segments
+ * and leave the rest of PYTORCH_CUDA_ALLOC_CONF to PyTorch, which reads it when libc10_cuda
+ * loads; the run's header prints it. */
 #ifndef SPOOL_BENCH_STRATEGY_H
 #define SPOOL_BENCH_STRATEGY_H
 
@@ -31,6 +37,8 @@ typedef enum strategy_id {
   ST_CUDAMALLOC,
   ST_ASYNC_T0,
   ST_ASYNC_TMAX,
+  ST_TORCH_NATIVE,
+  ST_TORCH_EXPANDABLE,
   ST_SPOOL_NOCACHE,
   ST_SPOOL,
   ST_SPOOL_TUNED,
@@ -50,11 +58,20 @@ typedef struct strategy {
   bool slow;        /* cudaMalloc: fewer pairs where every pair is alike (see workload.h) */
   bool live_is_reserved; /* cudaMalloc: no pool to ask; what it holds is what is live (the
                             driver's rounding is not visible), so reserved := the live count */
+  /* Optional (NULL: always). in_build: whether this binary has the strategy at all (the torch
+   * ones need a build with PyTorch); one that is not is left out of the default run and of
+   * "all". usable: whether it can run in this process, checked before each measurement; a row
+   * that cannot is skipped with the reason. */
+  bool (*in_build)(void);
+  bool (*usable)(char *why, size_t len);
   bool (*setup)(allocator *a);
   alloc_fn alloc;
   free_fn free;
   bool (*reset_peaks)(allocator *a);
   bool (*reserved_high)(allocator *a, uint64_t *out);
+  /* Optional: the allocator's own count of bytes handed out at most, where it keeps one apart
+   * from what it reserves (PyTorch's allocated_bytes peak, its rounded blocks). */
+  bool (*allocated_high)(allocator *a, uint64_t *out);
   bool (*teardown)(allocator *a);
 } strategy;
 
@@ -74,11 +91,16 @@ struct allocator {
   cudaMemPool_t mp;          /* async: the pool cudaMallocAsync uses */
   uint64_t saved_threshold;  /* async: put back at teardown */
   void *ring[BENCH_RING];    /* none */
-  bool ready;                /* async: the threshold was changed, teardown puts it back */
+  bool ready;                /* async: the threshold was changed, teardown puts it back;
+                                torch: set up, teardown empties the cache */
+  bool expandable;           /* torch: expandable_segments */
 };
 
 /* Looks a strategy up by name; -1 if there is none. */
 int strategy_find(const char *name);
+
+/* Whether this binary has st (strategy.in_build). */
+bool strategy_in_build(const strategy *st);
 
 /* Whether this build of spool accepts conf (no CUDA is touched); if not, why: spool's message. */
 bool strategy_conf_ok(const char *conf, char *why, size_t len);

@@ -9,8 +9,9 @@
 
 /* The method of the reference numbers, which these reproduce so that numbers compare. */
 enum {
-  BENCH_STREAMS = 4,       /* non-blocking streams, round robin (pairs, pipeline, churn) */
-  BENCH_SYNC_ROUNDS = 50,  /* pairs: every stream synchronized every 50 rounds of 4 pairs */
+  BENCH_STREAMS = 4,       /* the reference method's streams, which most workloads use */
+  BENCH_MAX_STREAMS = 8,   /* the most any workload's `streams` asks for */
+  BENCH_SYNC_ROUNDS = 50,  /* pairs: every stream synchronized every 50 rounds (a pair each) */
   BENCH_CHURN_SYNC = 1000, /* churn: every stream synchronized every 1,000 steps */
   BENCH_THREAD_SYNC = 64,  /* threads: each thread synchronizes its stream every 64 pairs */
   BENCH_MAX_THREADS = 64,
@@ -29,6 +30,7 @@ typedef enum workload_id {
   WL_1MIB,
   WL_64MIB,
   WL_RANDOM,
+  WL_SINGLE8,
   WL_1MIB_K,
   WL_64MIB_K,
   WL_RANDOM_K,
@@ -45,6 +47,9 @@ typedef struct workload {
   bool kernels; /* KIND_PAIRS: a kernel launched on each buffer between alloc and free */
   size_t fixed; /* bytes of every buffer; 0: log-uniform from lo to hi */
   size_t lo, hi;
+  /* Non-blocking streams the iterations go round robin over (pairs, pipeline, churn; at most
+   * BENCH_MAX_STREAMS); 0 for the threads workload, whose threads each have their own. */
+  int streams;
   /* Slow strategies (cudaMalloc, ~150 us a pair at 64 MiB) run a 1/slow_div share of the pairs
    * where that share is the same workload: fixed sizes, or the threads' i.i.d. small sizes. */
   int slow_div;
