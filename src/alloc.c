@@ -55,11 +55,16 @@ static void count_failure(spool_pool *p, spool_status s) {
 /* ---- alloc ---------------------------------------------------------------------------------- */
 
 spool_status spool__pool_alloc(spool_pool *p, void **out, size_t size, cudaStream_t stream) {
+  return spool__pool_alloc_for(p, out, size, size, stream);
+}
+
+spool_status spool__pool_alloc_for(spool_pool *p, void **out, size_t size, size_t asked,
+                                   cudaStream_t stream) {
   cudaError_t err = cudaMallocFromPoolAsync(out, size, p->handle, stream);
   if (err == cudaSuccess) return SPOOL_OK;
   if (err == cudaErrorMemoryAllocation) {
     spool__clear_cuda_error();
-    return spool__alloc_after_oom(p, out, size, stream);
+    return spool__alloc_after_oom(p, out, size, asked, stream);
   }
   char a[SPOOL__SIZE_TEXT];
   return spool__fail_cuda(err, "cudaMallocFromPoolAsync", "%s: %s on stream %p, device %d", ALLOC,

@@ -399,7 +399,7 @@ static void front_spill(spool_pool *p, spool__scache *c, uint64_t age) {
  * block (a request that fits what the device or max_size allows never fails for rounding).
  * The out-of-memory policy runs on the second. On SPOOL_ERR_OOM the policy has flushed every
  * front into the heap, so the heap is asked once more: what an OOM handler freed is there. */
-static spool_status new_chunk(spool_pool *p, spool__scache *c, uint64_t need,
+static spool_status new_chunk(spool_pool *p, spool__scache *c, uint64_t need, size_t size,
                               cudaStream_t stream, spool__block **out) {
   uint64_t bytes = spool__chunk_size(need);
   void *u = NULL;
@@ -414,7 +414,7 @@ static spool_status new_chunk(spool_pool *p, spool__scache *c, uint64_t need,
   if (err != cudaSuccess) {
     spool__clear_cuda_error();
     bytes = need;
-    s = spool__pool_alloc(p, &u, (size_t)need, stream);
+    s = spool__pool_alloc_for(p, &u, (size_t)need, size, stream);
   }
   pthread_mutex_lock(&p->lock);
   if (s == SPOOL_ERR_OOM) *out = spool__heap_fit(p, &c->pend, need);
@@ -483,7 +483,7 @@ static SPOOL__NOINLINE spool_status miss(spool_pool *p, spool__scache *c, void *
   if (taken) s = adopt_locked(p, c, blk, size, stream, site);
   pthread_mutex_unlock(&p->lock);
   if (!taken) {
-    if (!blk) s = new_chunk(p, c, need, stream, &blk);
+    if (!blk) s = new_chunk(p, c, need, size, stream, &blk);
     if (s != SPOOL_OK) return s;
     s = adopt(p, c, blk, size, stream, site, spool__poison_new(p, (void *)blk->addr, size, stream));
   }

@@ -305,6 +305,9 @@ spool_status spool__heap_free_empty(spool_pool *pool, spool__pending *own, cudaS
  * the message says how many stay allocated. */
 spool_status spool__heap_destroy(spool_pool *pool, cudaStream_t stream, bool used_too,
                                  const char *ctx);
+/* Walks the heap and checks every rule it keeps (for tests); false with the first broken one
+ * in why. Takes the pool's lock. */
+bool spool__heap_check(spool_pool *pool, char *why, size_t len);
 /* The largest free range, and the bytes pending on one stream. */
 uint64_t spool__heap_largest_free(const spool_pool *pool);
 uint64_t spool__heap_pending_bytes(const spool__pending *own);
@@ -415,7 +418,7 @@ bool spool__device_meminfo_quiet(int device, size_t *free_bytes, size_t *total_b
  * the pools can, retries (cfg.oom_retries), then asks the handler. Returns SPOOL_OK with *out
  * set, or the failure with its message (SPOOL_ERR_OOM with the numbers). Takes no lock while
  * calling CUDA or the handler. */
-spool_status spool__alloc_after_oom(spool_pool *pool, void **out, size_t size,
+spool_status spool__alloc_after_oom(spool_pool *pool, void **out, size_t size, size_t asked,
                                     cudaStream_t stream);
 
 /* ---- leaks.c: the leak report ------------------------------------------------------------- */
@@ -529,8 +532,11 @@ void spool__relaxed_leave(bool entered, enum cudaStreamCaptureMode old);
 
 /* ---- alloc.c, for cache.c ------------------------------------------------------------------ */
 
-/* cudaMallocFromPoolAsync with the out-of-memory policy. */
+/* cudaMallocFromPoolAsync with the out-of-memory policy; _for: size bytes for a request of
+ * asked bytes (what a failure's message names). */
 spool_status spool__pool_alloc(spool_pool *pool, void **out, size_t size, cudaStream_t stream);
+spool_status spool__pool_alloc_for(spool_pool *pool, void **out, size_t size, size_t asked,
+                                   cudaStream_t stream);
 /* cudaMemsetAsync with the poison byte, when the pool poisons. */
 spool_status spool__poison_new(spool_pool *pool, void *ptr, size_t size, cudaStream_t stream);
 spool_status spool__poison_freed(spool_pool *pool, void *ptr, size_t size, cudaStream_t stream);

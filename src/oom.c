@@ -67,7 +67,7 @@ static spool_status try_again(spool_pool *p, void **out, size_t size, cudaStream
 }
 
 static spool_status ask_handler(spool_pool *p, void **out, size_t size, cudaStream_t stream,
-                                unsigned *tries) {
+                                unsigned *tries, bool in_capture) {
   spool_status s = SPOOL_ERR_OOM;
   for (int i = 0; i < SPOOL_OOM_HANDLER_CALLS && s == SPOOL_ERR_OOM; i++) {
     pthread_mutex_lock(&p->lock);
@@ -76,9 +76,46 @@ static spool_status ask_handler(spool_pool *p, void **out, size_t size, cudaStre
     if (fn) p->c.oom_handler_calls++;
     pthread_mutex_unlock(&p->lock);
     if (!fn || !fn(p, size, stream, user)) break;
+    /* What the handler freed sits in a stream's front or the heap: it goes back to the pool
+     * before the retry can see it. */
+    if (!in_capture) give_back(p, true);
     s = try_again(p, out, size, stream, tries);
   }
   return s;
+}
+
+/* "; idle in the heap: 3.00 MiB (largest free block 2.00 MiB); stream 0x1: 1.00 MiB ..." */
+typedef struct idle_text {
+  char *buf;
+  size_t len, used;
+  unsigned streams;
+} idle_text;
+
+#define IDLE_STREAMS 4 /* streams named in the message; the rest are summed */
+
+static void idle_stream(const spool__stream_idle *s, void *arg) {
+  idle_text *t = arg;
+  if (t->streams++ >= IDLE_STREAMS || t->used >= t->len) return;
+  char f[SPOOL__SIZE_TEXT], q[SPOOL__SIZE_TEXT];
+  int n = snprintf(t->buf + t->used, t->len - t->used, "%s stream %p %s front + %s pending",
+                   t->streams == 1 ? "; idle per stream:" : ",", (void *)s->stream,
+                   spool__format_size(s->front_bytes, f), spool__format_size(s->pending_bytes, q));
+  if (n > 0) t->used += (size_t)n;
+}
+
+static void describe_idle(spool_pool *p, char *buf, size_t len) {
+  char l[SPOOL__SIZE_TEXT], c[SPOOL__SIZE_TEXT];
+  spool__cache_counters k;
+  spool__cache_sum(p, &k);
+  pthread_mutex_lock(&p->lock);
+  uint64_t largest = spool__heap_largest_free(p);
+  pthread_mutex_unlock(&p->lock);
+  int n = snprintf(buf, len, "; the heap holds %s idle (largest free block %s)",
+                   spool__format_size(k.bytes_cached, c), spool__format_size(largest, l));
+  idle_text t = {buf, len, n > 0 ? (size_t)n : 0, 0};
+  spool__cache_each_stream(p, idle_stream, &t);
+  if (t.streams > IDLE_STREAMS && t.used < len)
+    snprintf(buf + t.used, len - t.used, " and %u more", t.streams - IDLE_STREAMS);
 }
 
 static spool_status describe(spool_pool *p, size_t asked, cudaStream_t stream, unsigned tries,
@@ -102,15 +139,17 @@ static spool_status describe(spool_pool *p, size_t asked, cudaStream_t stream, u
     spool__format_size(total_b, t);
   }
   if (p->cfg.max_size != 0 && p->cfg.max_size != UINT64_MAX) spool__format_size(p->cfg.max_size, l);
+  char idle[384] = "";
+  if (p->cfg.cache) describe_idle(p, idle, sizeof idle);
   return spool__fail(SPOOL_ERR_OOM,
                      "%s: out of device memory: asked %s on stream %p, device %d, after %u "
                      "retr%s; the pool holds %s in use in %" PRIu64 " buffers and %s reserved "
-                     "(limit %s); the device has %s free of %s",
+                     "(limit %s); the device has %s free of %s%s",
                      ALLOC, spool__format_size(asked, a), (void *)stream, p->device, tries,
-                     tries == 1 ? "y" : "ies", u, buffers, r, l, f, t);
+                     tries == 1 ? "y" : "ies", u, buffers, r, l, f, t, idle);
 }
 
-spool_status spool__alloc_after_oom(spool_pool *pool, void **out, size_t size,
+spool_status spool__alloc_after_oom(spool_pool *pool, void **out, size_t size, size_t asked,
                                     cudaStream_t stream) {
   spool_status s = SPOOL_ERR_OOM;
   unsigned tries = 0;
@@ -122,8 +161,8 @@ spool_status spool__alloc_after_oom(spool_pool *pool, void **out, size_t size,
     if (!in_capture) give_back(pool, i > 0);
     s = try_again(pool, out, size, stream, &tries);
   }
-  if (s == SPOOL_ERR_OOM) s = ask_handler(pool, out, size, stream, &tries);
-  if (s == SPOOL_ERR_OOM) return describe(pool, size, stream, tries, in_capture);
+  if (s == SPOOL_ERR_OOM) s = ask_handler(pool, out, size, stream, &tries, in_capture);
+  if (s == SPOOL_ERR_OOM) return describe(pool, asked, stream, tries, in_capture);
   return s;
 }
 

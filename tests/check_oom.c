@@ -758,8 +758,8 @@ START_TEST(sim_no_retries_handler) {
   check_handler_args(&r, pool, 3 * MiB, s);
   call_counts after = counts_now();
   ck_assert_int_eq(after.malloc - before.malloc, 2);
-  ck_assert_int_eq(after.trim - before.trim, 0);
-  ck_assert_int_eq(after.sync - before.sync, 0);
+  /* before the handler's "try again", what it freed goes back to the pool: one trim */
+  ck_assert_int_eq(after.trim - before.trim, 1);
   spool_stats st = test_stats(pool);
   check_oom_relations(&st);
   ck_assert_uint_eq(st.oom_handler_calls, 1);

@@ -107,7 +107,9 @@ def test_empty_cache_gives_reserved_memory_back(env):
     assert before["bytes_reserved"] >= 1536 * (1 << 20), before  # 8 x 64 MiB + 1 GiB, freed
     assert after["bytes_reserved"] < before["bytes_reserved"]
     assert after["bytes_reserved"] < 256 * (1 << 20), after  # what `keep` needs, rounded
-    assert after["bytes_cached"] == 0 and after["trims"] >= 1
+    # what stays idle is the rest of the heap chunk that `keep` sits in
+    assert after["bytes_front"] == 0 and after["trims"] >= 1
+    assert after["bytes_cached"] <= after["bytes_heap"], after
     assert r["keep_sum"] == float(1 << 20)
 
 

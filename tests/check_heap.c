@@ -1,0 +1,407 @@
+/* check_heap: the stream-ordered heap under the fronts (src/chunks.c): blocks split off chunks
+ * and merged back with their neighbours, chunks going back to the pool, allocations that fit the
+ * device exactly, the out-of-memory retry seeing what a handler freed, peaks across streams,
+ * the refusals of a free, and a randomized run against a model of what must hold.
+ *
+ * Built twice: check_heap_sim (cudasim) and check_heap_gpu (real CUDA). Tests outside
+ * `#ifdef SPOOL_TEST_SIM` must hold on a real device too. */
+#include "test_main.h"
+
+#ifdef SPOOL_TEST_SIM
+#include "../src/internal.h" /* spool__heap_check: the heap's own invariants */
+#endif
+
+static void heap_ok(spool_pool *p) {
+#ifdef SPOOL_TEST_SIM
+  char why[256];
+  ck_assert_msg(spool__heap_check(p, why, sizeof why), "heap: %s", why);
+#else
+  (void)p;
+#endif
+}
+
+#define AT(base, off) ((void *)((char *)(base) + (off)))
+
+/* ---- split and merge ------------------------------------------------------------------------ */
+
+/* Blocks are cut off one chunk side by side; freed ones merge, and a larger request is served
+ * in place. front_limit=0 and a last allocation of another size send every free into the heap. */
+START_TEST(heap_frees_merge_and_serve_larger_in_place) {
+  spool_pool *p = test_pool_with("front_limit=0");
+  cudaStream_t s = test_stream_create();
+  void *a = test_alloc_on(p, 256 * KiB, s), *b = test_alloc_on(p, 256 * KiB, s);
+  void *c = test_alloc_on(p, 256 * KiB, s), *d = test_alloc_on(p, 4 * KiB, s);
+  ck_assert_ptr_eq(b, AT(a, 256 * KiB)); /* one chunk, in address order */
+  ck_assert_ptr_eq(c, AT(a, 512 * KiB));
+  CK_SPOOL(spool_free(p, a, s));
+  CK_SPOOL(spool_free(p, b, s));
+  heap_ok(p);
+  void *e = test_alloc_on(p, 512 * KiB, s); /* a and b, merged */
+  ck_assert_ptr_eq(e, a);
+  void *x = test_alloc_on(p, 8 * KiB, s);   /* another size last: e's free goes into the heap */
+  CK_SPOOL(spool_free(p, e, s));
+  CK_SPOOL(spool_free(p, c, s)); /* merges with e's range before it */
+  heap_ok(p);
+  void *f = test_alloc_on(p, 768 * KiB, s);
+  ck_assert_ptr_eq(f, a);
+  ck_assert_uint_eq(test_stats(p).chunk_allocs, 1);
+  CK_SPOOL(spool_free(p, x, s));
+  CK_SPOOL(spool_free(p, f, s));
+  CK_SPOOL(spool_free(p, d, s));
+  heap_ok(p);
+  test_pool_destroy(p);
+  test_stream_destroy(s);
+}
+END_TEST
+
+/* A free range between two freed neighbours joins both into one. */
+START_TEST(heap_middle_free_joins_both_neighbours) {
+  spool_pool *p = test_pool_with("front_limit=0");
+  cudaStream_t s = test_stream_create();
+  void *a = test_alloc_on(p, 128 * KiB, s), *b = test_alloc_on(p, 128 * KiB, s);
+  void *c = test_alloc_on(p, 128 * KiB, s), *keep = test_alloc_on(p, 8 * KiB, s);
+  CK_SPOOL(spool_free(p, a, s));
+  CK_SPOOL(spool_free(p, c, s));
+  CK_SPOOL(spool_free(p, b, s));
+  heap_ok(p);
+  spool_stats st = test_stats(p);
+  ck_assert_uint_ge(st.largest_free_block, 384 * KiB);
+  void *d = test_alloc_on(p, 384 * KiB, s);
+  ck_assert_ptr_eq(d, a);
+  CK_SPOOL(spool_free(p, d, s));
+  CK_SPOOL(spool_free(p, keep, s));
+  test_pool_destroy(p);
+  test_stream_destroy(s);
+}
+END_TEST
+
+/* Sizes up to 1 MiB, up to 32 MiB and beyond take chunks of their own band: a small block never
+ * pins a large chunk. */
+START_TEST(heap_bands_keep_small_blocks_out_of_large_chunks) {
+  spool_pool *p = test_pool_with(NULL);
+  cudaStream_t s = test_stream_create();
+  void *small = test_alloc_on(p, 4 * KiB, s);
+  ck_assert_uint_eq(test_stats(p).bytes_heap, 2 * MiB);
+  void *mid = test_alloc_on(p, 3 * MiB, s);
+  ck_assert_uint_eq(test_stats(p).bytes_heap, 2 * MiB + 32 * MiB);
+  void *big = test_alloc_on(p, 40 * MiB + 1, s); /* a chunk of its own, rounded to 2 MiB */
+  ck_assert_uint_eq(test_stats(p).bytes_heap, 2 * MiB + 32 * MiB + 42 * MiB);
+  ck_assert_uint_eq(test_stats(p).chunk_allocs, 3);
+  CK_SPOOL(spool_free(p, small, s));
+  CK_SPOOL(spool_free(p, mid, s));
+  CK_SPOOL(spool_free(p, big, s));
+  heap_ok(p);
+  test_pool_destroy(p);
+  test_stream_destroy(s);
+}
+END_TEST
+
+/* ---- chunks going back ---------------------------------------------------------------------- */
+
+/* A chunk whose blocks are all free goes back to the pool once it has waited chunk_idle heap
+ * allocations; the chunk still in use stays. */
+START_TEST(heap_idle_chunk_goes_back) {
+  spool_pool *p = test_pool_with("chunk_idle=16, front_limit=0");
+  cudaStream_t s = test_stream_create();
+  void *mid = test_alloc_on(p, 3 * MiB, s);
+  CK_SPOOL(spool_free(p, mid, s));
+  for (int i = 0; i < 300; i++) /* sizes that miss the front, in the small band */
+    CK_SPOOL(spool_free(p, test_alloc_on(p, (size_t)(4 + i % 3 * 60) * KiB, s), s));
+  spool_stats st = test_stats(p);
+  ck_assert_uint_eq(st.chunk_frees, 1);
+  ck_assert_uint_eq(st.bytes_heap, 2 * MiB);
+  heap_ok(p);
+  test_pool_destroy(p);
+  test_stream_destroy(s);
+}
+END_TEST
+
+/* spool_trim gives back every chunk with nothing in use, and the pool's reservation with it. */
+START_TEST(heap_trim_returns_free_chunks_and_keeps_used_ones) {
+  spool_pool *p = test_pool_with(NULL);
+  cudaStream_t s = test_stream_create();
+  void *keep = test_alloc_on(p, 4 * KiB, s);
+  for (int i = 0; i < 8; i++) CK_SPOOL(spool_free(p, test_alloc_on(p, (size_t)(i + 1) * 5 * MiB, s), s));
+  CK_CUDA(cudaStreamSynchronize(s));
+  CK_SPOOL(spool_trim(p, 0));
+  CK_CUDA(cudaStreamSynchronize(s));
+  CK_SPOOL(spool_trim(p, 0));
+  spool_stats st = test_stats(p);
+  ck_assert_uint_eq(st.bytes_heap, 2 * MiB); /* keep's chunk */
+  ck_assert_uint_eq(st.bytes_front, 0);
+  ck_assert_uint_le(st.bytes_reserved, 32 * MiB); /* the pool's own rounding at most */
+  CK_SPOOL(spool_free(p, keep, s));
+  CK_SPOOL(spool_trim(p, 0));
+  ck_assert_uint_eq(test_stats(p).bytes_heap, 0);
+  test_pool_destroy(p);
+  test_stream_destroy(s);
+}
+END_TEST
+
+/* ---- exact at the edges ----------------------------------------------------------------------- */
+
+#ifdef SPOOL_TEST_SIM
+/* An allocation that fits what the device allows never fails for the heap's rounding: the
+ * band's chunk does not fit, the request alone does. */
+START_TEST(sim_request_that_fits_the_device_succeeds) {
+  cudasim_set_capacity(0, 42 * MiB);
+  spool_pool *p = test_pool_with(NULL);
+  cudaStream_t s = test_stream_create();
+  void *a = test_alloc_on(p, 41 * MiB, s);
+  CK_SPOOL(spool_free(p, a, s));
+  CK_SPOOL(spool_trim(p, 0));
+  void *b = test_alloc_on(p, 20 * MiB, s); /* its band's 32 MiB chunk */
+  void *c = test_alloc_on(p, 10 * MiB, s); /* the rest of it */
+  void *d = test_alloc_on(p, 9 * MiB, s);  /* a second 32 MiB chunk would not fit: 9 MiB alone */
+  ck_assert_uint_eq(test_stats(p).ooms, 0);
+  ck_assert_uint_eq(test_stats(p).bytes_heap, 41 * MiB);
+  CK_SPOOL(spool_free(p, b, s));
+  CK_SPOOL(spool_free(p, c, s));
+  CK_SPOOL(spool_free(p, d, s));
+  heap_ok(p);
+  test_pool_destroy(p);
+  test_stream_destroy(s);
+}
+END_TEST
+
+/* The same with max_size: a pool limited to 42 MiB serves 41 MiB. */
+START_TEST(sim_request_that_fits_max_size_succeeds) {
+  spool_pool *p = test_pool_with("max_size=42MiB");
+  cudaStream_t s = test_stream_create();
+  void *a = test_alloc_on(p, 41 * MiB, s);
+  CK_SPOOL(spool_free(p, a, s));
+  test_pool_destroy(p);
+  test_stream_destroy(s);
+}
+END_TEST
+
+typedef struct handler_state {
+  cudaStream_t stream;
+  void *held;
+  int calls;
+} handler_state;
+
+static int free_held(spool_pool *p, size_t size, cudaStream_t stream, void *user) {
+  (void)size;
+  (void)stream;
+  handler_state *h = user;
+  h->calls++;
+  if (!h->held) return false;
+  spool_status s = spool_free(p, h->held, h->stream);
+  h->held = NULL;
+  return s == SPOOL_OK;
+}
+
+/* The out-of-memory handler frees a buffer: the retry sees that memory. */
+START_TEST(sim_retry_after_handler_sees_what_it_freed) {
+  spool_pool *p = test_pool_with("max_size=64MiB, oom_retries=1");
+  cudaStream_t s = test_stream_create();
+  handler_state h = {s, test_alloc_on(p, 48 * MiB, s), 0};
+  CK_SPOOL(spool_set_oom_handler(p, free_held, &h));
+  void *b = test_alloc_on(p, 48 * MiB, s);
+  ck_assert_int_eq(h.calls, 1);
+  ck_assert_uint_eq(test_stats(p).oom_recoveries, 1);
+  CK_SPOOL(spool_free(p, b, s));
+  test_pool_destroy(p);
+  test_stream_destroy(s);
+}
+END_TEST
+
+/* The message of an allocation that does not fit names the bytes asked, what the heap holds
+ * idle per stream and its largest free block. */
+START_TEST(sim_oom_message_names_idle_bytes_and_largest_block) {
+  cudasim_set_capacity(0, 16 * MiB);
+  spool_pool *p = test_pool_with("oom_retries=0");
+  cudaStream_t s = test_stream_create();
+  void *a = test_alloc_on(p, 12 * MiB, s);
+  void *b = TEST_SENTINEL;
+  CK_STATUS(spool_alloc(p, &b, 10 * MiB + 3, s), SPOOL_ERR_OOM);
+  ck_assert_ptr_null(b);
+  CK_LAST_ERROR_HAS("asked 10.00 MiB");
+  CK_LAST_ERROR_HAS("largest free block");
+  CK_LAST_ERROR_HAS("idle per stream");
+  CK_SPOOL(spool_free(p, a, s));
+  test_pool_destroy(p);
+  test_stream_destroy(s);
+}
+END_TEST
+#endif
+
+/* ---- stats across streams --------------------------------------------------------------------- */
+
+/* Six streams, one 16 MiB temporary live at a time: the peak stays within 1 MiB per stream of
+ * what was ever live at once. */
+START_TEST(heap_peak_holds_across_streams) {
+  spool_pool *p = test_pool_with(NULL);
+  cudaStream_t s[6];
+  for (int i = 0; i < 6; i++) s[i] = test_stream_create();
+  for (int round = 0; round < 20; round++)
+    for (int i = 0; i < 6; i++) {
+      void *t = test_alloc_on(p, 16 * MiB, s[i]);
+      CK_SPOOL(spool_free(p, t, s[i]));
+    }
+  spool_stats st = test_stats(p);
+  ck_assert_uint_ge(st.bytes_in_use_peak, 16 * MiB);
+  ck_assert_uint_le(st.bytes_in_use_peak, 16 * MiB + 6 * MiB);
+  test_pool_destroy(p);
+  for (int i = 0; i < 6; i++) test_stream_destroy(s[i]);
+}
+END_TEST
+
+/* The report and the JSON say what each stream holds idle. */
+START_TEST(heap_report_lists_streams) {
+  spool_pool *p = test_pool_with(NULL);
+  cudaStream_t s = test_stream_create();
+  CK_SPOOL(spool_free(p, test_alloc_on(p, 64 * KiB, s), s));
+  char buf[8192];
+  FILE *f = fmemopen(buf, sizeof buf, "w");
+  ck_assert_ptr_nonnull(f);
+  CK_SPOOL(spool_report(p, f));
+  fclose(f);
+  ck_assert_ptr_nonnull(strstr(buf, "heap:"));
+  ck_assert_ptr_nonnull(strstr(buf, "in its front"));
+  ck_assert_ptr_nonnull(strstr(buf, "largest free block"));
+  CK_SPOOL(spool_stats_json(p, buf, sizeof buf));
+  ck_assert_ptr_nonnull(strstr(buf, "\"streams\":[{\"stream\":"));
+  ck_assert_ptr_nonnull(strstr(buf, "\"bytes_front\":65536"));
+  test_pool_destroy(p);
+  test_stream_destroy(s);
+}
+END_TEST
+
+/* ---- refusals ---------------------------------------------------------------------------------- */
+
+/* A buffer freed into the heap, freed again: a double free; a pointer inside a live heap buffer:
+ * an interior pointer; one of another pool: named. Nothing changes in the heap. */
+START_TEST(heap_refusals_kept) {
+  spool_pool *p = test_pool_with("front_limit=0"), *q = test_pool_with(NULL);
+  cudaStream_t s = test_stream_create();
+  void *a = test_alloc_on(p, 64 * KiB, s), *b = test_alloc_on(p, 64 * KiB, s), *c = test_alloc_on(p, 4 * KiB, s);
+  CK_SPOOL(spool_free(p, a, s)); /* into the heap: not the size allocated last */
+  CK_STATUS(spool_free(p, a, s), SPOOL_ERR_DOUBLE_FREE);
+  CK_STATUS(spool_free(p, AT(b, 256), s), SPOOL_ERR_INTERIOR_POINTER);
+  CK_STATUS(spool_free(q, b, s), SPOOL_ERR_WRONG_POOL);
+  heap_ok(p);
+  spool_stats st = test_stats(p);
+  ck_assert_uint_eq(st.buffers_in_use, 2);
+  ck_assert_uint_eq(st.bad_frees, 2);
+  CK_SPOOL(spool_free(p, b, s));
+  CK_SPOOL(spool_free(p, c, s));
+  test_pool_destroy(q);
+  test_pool_destroy(p);
+  test_stream_destroy(s);
+}
+END_TEST
+
+/* ---- randomized, against a model -------------------------------------------------------------- */
+
+enum { MODEL_SLOTS = 64, MODEL_STREAMS = 3, MODEL_OPS = 6000 };
+
+typedef struct model_buf {
+  char *p;
+  size_t size;
+  int stream;
+} model_buf;
+
+static int by_address(const void *x, const void *y) {
+  const model_buf *a = x, *b = y;
+  return a->p < b->p ? -1 : a->p > b->p;
+}
+
+/* No two live buffers overlap, and the pool counts what the model holds. */
+static void model_check(spool_pool *p, const model_buf *live, uint64_t op) {
+  model_buf sorted[MODEL_SLOTS];
+  int n = 0;
+  uint64_t bytes = 0;
+  for (int i = 0; i < MODEL_SLOTS; i++)
+    if (live[i].p) sorted[n++] = live[i], bytes += live[i].size;
+  qsort(sorted, (size_t)n, sizeof *sorted, by_address);
+#ifdef SPOOL_TEST_SIM
+  char why[256];
+  ck_assert_msg(spool__heap_check(p, why, sizeof why), "op %llu: heap: %s",
+                (unsigned long long)op, why);
+#endif
+  for (int i = 1; i < n; i++)
+    ck_assert_msg(sorted[i - 1].p + sorted[i - 1].size <= sorted[i].p,
+                  "op %llu: %p (%zu bytes) overlaps %p", (unsigned long long)op,
+                  (void *)sorted[i - 1].p, sorted[i - 1].size, (void *)sorted[i].p);
+  spool_stats st = test_stats(p);
+  ck_assert_uint_eq(st.bytes_in_use, bytes);
+  ck_assert_uint_eq(st.buffers_in_use, (uint64_t)n);
+}
+
+static void model_run(const char *conf, uint64_t seed) {
+  spool_pool *p = test_pool_with(conf);
+  cudaStream_t s[MODEL_STREAMS];
+  for (int i = 0; i < MODEL_STREAMS; i++) s[i] = test_stream_create();
+  model_buf live[MODEL_SLOTS] = {{0}};
+  for (uint64_t op = 0; op < MODEL_OPS; op++) {
+    uint64_t r = test_rand(&seed);
+    model_buf *b = &live[r % MODEL_SLOTS];
+    int k = (int)((r >> 8) % MODEL_STREAMS);
+    if (b->p) {
+      /* most frees on the buffer's own stream; some on another, ordered by a synchronize */
+      int fs = (r >> 16) % 8 ? b->stream : k;
+      if (fs != b->stream) CK_CUDA(cudaStreamSynchronize(s[b->stream]));
+      CK_SPOOL(spool_free(p, b->p, s[fs]));
+      if ((r >> 20) % 16 == 0) CK_STATUS(spool_free(p, b->p, s[fs]), SPOOL_ERR_DOUBLE_FREE);
+      b->p = NULL;
+    } else {
+      size_t size = (r >> 24) % 4 ? test_rand_size(&seed, 2 * MiB) : test_rand_size(&seed, 40 * MiB);
+      if (size == 0) size = 1;
+      b->p = test_alloc_on(p, size, s[k]);
+      b->size = size;
+      b->stream = k;
+    }
+    if ((r >> 32) % 512 == 0) CK_CUDA(cudaStreamSynchronize(s[k]));
+    if ((r >> 41) % 1024 == 0) CK_SPOOL(spool_trim(p, 0));
+    if ((r >> 51) % 2048 == 0) CK_SPOOL(spool_stream_release(p, s[k]));
+    if (op % 16 == 0 || TEST_SIM) model_check(p, live, op);
+  }
+  model_check(p, live, MODEL_OPS);
+  for (int i = 0; i < MODEL_SLOTS; i++)
+    if (live[i].p) CK_SPOOL(spool_free(p, live[i].p, s[live[i].stream]));
+  CK_CUDA(cudaDeviceSynchronize());
+  CK_SPOOL(spool_trim(p, 0));
+  spool_stats st = test_stats(p);
+  ck_assert_uint_eq(st.bytes_in_use, 0);
+  ck_assert_uint_eq(st.bytes_heap, 0); /* every chunk went back */
+  test_pool_destroy(p);
+  for (int i = 0; i < MODEL_STREAMS; i++) test_stream_destroy(s[i]);
+#ifdef SPOOL_TEST_SIM
+  ck_assert_int_eq(cudasim_live_allocations(), 0);
+#endif
+}
+
+START_TEST(heap_random_operations_keep_every_invariant) {
+  model_run(NULL, 0x5EED0001);
+  model_run("front_limit=0, chunk_idle=0", 0x5EED0002);
+  model_run("front_limit=64MiB, chunk_idle=4", 0x5EED0003);
+}
+END_TEST
+
+static Suite *heap_suite(void) {
+  Suite *s = suite_create("heap");
+  TCase *tc = test_tcase("heap");
+  tcase_add_test(tc, heap_frees_merge_and_serve_larger_in_place);
+  tcase_add_test(tc, heap_middle_free_joins_both_neighbours);
+  tcase_add_test(tc, heap_bands_keep_small_blocks_out_of_large_chunks);
+  tcase_add_test(tc, heap_idle_chunk_goes_back);
+  tcase_add_test(tc, heap_trim_returns_free_chunks_and_keeps_used_ones);
+  tcase_add_test(tc, heap_peak_holds_across_streams);
+  tcase_add_test(tc, heap_report_lists_streams);
+  tcase_add_test(tc, heap_refusals_kept);
+  tcase_add_test(tc, heap_random_operations_keep_every_invariant);
+  suite_add_tcase(s, tc);
+#ifdef SPOOL_TEST_SIM
+  tc = test_tcase("sim");
+  tcase_add_test(tc, sim_request_that_fits_the_device_succeeds);
+  tcase_add_test(tc, sim_request_that_fits_max_size_succeeds);
+  tcase_add_test(tc, sim_retry_after_handler_sees_what_it_freed);
+  tcase_add_test(tc, sim_oom_message_names_idle_bytes_and_largest_block);
+  suite_add_tcase(s, tc);
+#endif
+  return s;
+}
+
+int main(void) { return test_main(heap_suite()); }
