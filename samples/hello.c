@@ -106,7 +106,8 @@ int main(void) {
   if (!CHECK_SPOOL(spool_pool_create(&pool, &cfg))) return 1;
 
   cudaStream_t stream = NULL;
-  int ok = CHECK_CUDA(cudaSetDevice(spool_pool_device(pool))) && /* SPOOL_CONF may pick the device */
+  /* The pool's device is current for the stream (SPOOL_CONF may have picked another device). */
+  int ok = CHECK_CUDA(cudaSetDevice(spool_pool_device(pool))) &&
            CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   if (ok) {
     ok = work(pool, stream);
