@@ -373,9 +373,17 @@ static void spill_one(spool_pool *p, spool__scache *c, uintptr_t u) {
 }
 
 /* Under the pool's lock: the blocks of c's front that the stream has not taken back within its
- * last `age` frees go into the heap (age 0: all of them). Within a bin the oldest lie first. */
-static void front_spill(spool_pool *p, spool__scache *c, uint64_t age) {
+ * last `age` frees go into the heap (age 0: all of them). Within a bin the oldest lie first.
+ * With `due`, only when FRONT_AGE / 4 frees have passed since the last such look (a walk of the
+ * front: not on every miss). Returns how many blocks went. */
+static uint32_t front_spill(spool_pool *p, spool__scache *c, uint64_t age, bool due) {
   lock(c);
+  uint32_t spilled = 0;
+  if (due && c->tick - c->spilled_at < FRONT_AGE / 4) {
+    unlock(c);
+    return 0;
+  }
+  if (due) c->spilled_at = c->tick;
   uint64_t keep_from = c->tick > age ? c->tick - age : 0; /* with age > 0 */
   for (unsigned w = 0; w < SPOOL__BIN_WORDS; w++) {
     for (uint64_t m = c->front_map[w]; m; m &= m - 1) {
@@ -389,10 +397,12 @@ static void front_spill(spool_pool *p, spool__scache *c, uint64_t age) {
       memmove(bin->ptrs, bin->ptrs + old, (bin->count - old) * sizeof *bin->ptrs);
       bin->count -= old;
       c->front_blocks -= old;
+      spilled += old;
       if (!bin->count) c->front_map[w] &= ~((uint64_t)1 << (cls % 64));
     }
   }
   unlock(c);
+  return spilled;
 }
 
 /* A chunk from the pool for a block of need bytes: the band's chunk, or near a limit just the
@@ -466,17 +476,12 @@ static SPOOL__NOINLINE spool_status miss(spool_pool *p, spool__scache *c, void *
                                          const spool__site *site) {
   uint64_t need = ((uint64_t)size + SPOOL__MIN_BLOCK - 1) / SPOOL__MIN_BLOCK * SPOOL__MIN_BLOCK;
   pthread_mutex_lock(&p->lock);
-  if (c->tick - c->spilled_at >= FRONT_AGE / 4) { /* a walk of the front: not every miss */
-    front_spill(p, c, FRONT_AGE);
-    c->spilled_at = c->tick;
-  }
+  front_spill(p, c, FRONT_AGE, true);
   spool__heap_stream_op(p, &c->pend, stream);
   spool__block *blk = spool__heap_fit(p, &c->pend, need);
   if (!blk && spool__heap_publish_ready(p)) blk = spool__heap_fit(p, &c->pend, need);
-  if (!blk && c->front_blocks) { /* before a new chunk: the rest of the front may merge */
-    front_spill(p, c, 0);
+  if (!blk && front_spill(p, c, 0, false)) /* before a new chunk: the rest may merge */
     blk = spool__heap_fit(p, &c->pend, need);
-  }
   spool__heap_idle(p, &c->pend, stream);
   spool_status s = SPOOL_OK;
   bool taken = blk && !p->cfg.poison; /* the common case: one critical section */
@@ -808,10 +813,12 @@ void spool__cache_each_stream(spool_pool *p, void (*fn)(const spool__stream_idle
 
 /* ---- flushes --------------------------------------------------------------------------------- */
 
-/* Under the pool's lock: c's front into the heap. */
+/* Under the pool's lock: c's front into the heap, counted as a flush. */
 static void flush_front(spool_pool *p, spool__scache *c) {
-  if (c->front_blocks) c->c.flushes++;
-  front_spill(p, c, 0);
+  if (!front_spill(p, c, 0, false)) return;
+  lock(c);
+  c->c.flushes++;
+  unlock(c);
 }
 
 /* Whether a flush would give anything back: a front block, or a chunk with no used block. A

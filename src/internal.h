@@ -376,8 +376,8 @@ struct spool_pool {
   /* Written by every thread from time to time: a cache line of its own, so that the fields
    * above, read on every allocation, never bounce between cores. */
   alignas(SPOOL__CACHE_LINE) atomic_uint_fast64_t seq; /* the last allocation number */
-  /* Pool-wide totals, each stream cache's share as it last published it (see cache.c): what
-   * the peaks and cache_limit are judged against without a lock on the hit path. */
+  /* Pool-wide totals, each stream's share as it last published it (see cache.c): what the
+   * peaks are judged against without a lock on the hit path. */
   atomic_uint_fast64_t total_bytes, total_buffers;
   atomic_uint_fast64_t peak_bytes, peak_buffers;
   char pad_end[SPOOL__CACHE_LINE]; /* nor with whatever malloc puts after the pool */

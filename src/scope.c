@@ -4,9 +4,10 @@
  * request gets a chunk of its own size) and bump-allocates 256-aligned pieces from the newest
  * one, so most spool_scope_alloc calls move a pointer under the scope's lock and make no CUDA
  * call. At the
- * end the chunks go back with spool_free on the stream: into the stream's cache, where the next
- * scope on that stream takes them again without a CUDA call; cache_limit and spool_trim bound
- * what stays reserved. Under capture spool_alloc bypasses the caches by itself, so a scope begun
+ * end the chunks go back with spool_free on the stream: into the stream's front and the heap,
+ * where the next scope on that stream takes them again without a CUDA call; the heap's idle
+ * return and spool_trim bound what stays reserved. Under capture spool_alloc bypasses the heap
+ * by itself, so a scope begun
  * in a capture gets graph allocations that the graph frees at the scope's end.
  *
  * Every chunk keeps its first 256 bytes unused, so no piece is ever a chunk's start: a piece
