@@ -8,10 +8,11 @@
 #include <cuda.h>
 #include <string.h>
 
-typedef CUresult (*is_capturing_fn)(CUstream, CUstreamCaptureStatus *);
-
-static is_capturing_fn driver_fn;
+static spool__capture_fn driver_fn; /* what resolve found, NULL if nothing */
 static pthread_once_t resolve_once = PTHREAD_ONCE_INIT;
+
+/* Set once resolve found the driver's function: the inline fast path calls it directly. */
+_Atomic(spool__capture_fn) spool__capture_fast;
 
 static void resolve(void) {
   void *fn = NULL;
@@ -27,6 +28,7 @@ static void resolve(void) {
   /* ISO C has no cast from void * to a function pointer; the bytes are the address. */
   if (err == cudaSuccess && found == cudaDriverEntryPointSuccess && fn)
     memcpy(&driver_fn, &fn, sizeof driver_fn);
+  if (driver_fn) atomic_store_explicit(&spool__capture_fast, driver_fn, memory_order_release);
 }
 
 static spool_status fail_stream(cudaStream_t stream, const char *ctx, const char *api,
@@ -51,7 +53,8 @@ static spool_status runtime_capturing(cudaStream_t stream, bool *capturing, cons
   return SPOOL_OK;
 }
 
-spool_status spool__stream_capturing(cudaStream_t stream, bool *capturing, const char *ctx) {
+spool_status spool__stream_capturing_slow(cudaStream_t stream, bool *capturing,
+                                          const char *ctx) {
   pthread_once(&resolve_once, resolve);
   if (!driver_fn) return runtime_capturing(stream, capturing, ctx);
   CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;

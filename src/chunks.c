@@ -9,7 +9,7 @@
  * Stream order decides who may reuse a free range:
  * - A range freed on stream S is pending on S: S may reuse it at once (stream order puts the
  *   new owner's work after the old owner's); no other stream may.
- * - Every FENCE_EVERY heap operations on S, an event is recorded on S (S is alive then: the
+ * - Every fence_every heap operations on S, an event is recorded on S (S is alive then: the
  *   caller just handed it over). Once it has completed, every range S freed before it is shared:
  *   any stream may take it, and it merges with its shared neighbours.
  * - A new chunk's remainder is pending on the stream it was allocated on: the pool may have
@@ -29,10 +29,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Heap operations on a stream between its fence events. On cudasim's replay of the bench,
- * every 64 instead took churn from 1.14 to 1.15 and random from 204 to 264 MiB reserved; every
- * 256, to 1.21 and 296 MiB. */
-#define FENCE_EVERY 16
 #define IDLE_SCAN 64   /* heap allocations between looks for idle chunks */
 #define SLAB 256       /* block records allocated at a time */
 
@@ -330,7 +326,7 @@ static void fence_record(spool__heap *h, spool__pending *own, cudaStream_t strea
 }
 
 void spool__heap_stream_op(spool_pool *p, spool__pending *own, cudaStream_t stream) {
-  if (++own->ops < FENCE_EVERY) return;
+  if (++own->ops < p->cfg.fence_every) return;
   own->ops = 0;
   spool__heap *h = &p->heap;
   if (own->fence_pending) fence_done(h, own);

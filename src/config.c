@@ -187,6 +187,19 @@ static int spool__idle_parse(const spool__key *key, spool__span v, spool_config 
   return spool__unsigned_parse(key, v, SPOOL__CHUNK_IDLE_MAX, cfg, why, why_len);
 }
 
+/* fence_every: 1 (a fence per heap operation) to 65536 (practically none). */
+#define SPOOL__FENCE_EVERY_MAX 65536
+
+static int spool__fence_parse(const spool__key *key, spool__span v, spool_config *cfg,
+                              char *why, size_t why_len) {
+  if (spool__unsigned_parse(key, v, SPOOL__FENCE_EVERY_MAX, cfg, why, why_len) != 0) return -1;
+  unsigned u;
+  memcpy(&u, spool__field(key, cfg), sizeof u);
+  if (u != 0) return 0;
+  snprintf(why, why_len, "0 would never let another stream reuse what a stream freed");
+  return -1;
+}
+
 static void spool__uint_format(const spool__key *key, const spool_config *cfg, spool__writer *w) {
   unsigned x;
   memcpy(&x, spool__cfield(key, cfg), sizeof x);
@@ -386,6 +399,9 @@ static const spool__type spool__type_retries = {
 static const spool__type spool__type_idle = {
     "an integer from 0 to " SPOOL__STR(SPOOL__CHUNK_IDLE_MAX), spool__idle_parse,
     spool__uint_format};
+static const spool__type spool__type_fence = {
+    "an integer from 1 to " SPOOL__STR(SPOOL__FENCE_EVERY_MAX), spool__fence_parse,
+    spool__uint_format};
 static const spool__type spool__type_path = {
     "a file path or \"\" (in double quotes if it has ',' or '#')",
     spool__string_parse, spool__string_format};
@@ -432,6 +448,8 @@ static const spool__key spool__keys[] = {
      "largest allocation the heap serves; larger ones go to the pool"},
     {"chunk_idle", &spool__type_idle, SPOOL__AT(chunk_idle), NULL,
      "heap allocations an all-free chunk waits before it goes back to the pool"},
+    {"fence_every", &spool__type_fence, SPOOL__AT(fence_every), NULL,
+     "heap operations on a stream between the events that let other streams reuse its frees"},
     {"capture_check", &spool__type_bool, SPOOL__AT(capture_check), NULL,
      "ask whether the stream is being captured before using the heap"},
     {"cache_owner", &spool__type_bool, SPOOL__AT(cache_owner), NULL,
@@ -663,6 +681,7 @@ void spool_config_init(spool_config *cfg) {
   cfg->front_limit = SPOOL_FRONT_LIMIT_DEFAULT;
   cfg->heap_max_block = SPOOL_HEAP_MAX_BLOCK_LIMIT;
   cfg->chunk_idle = SPOOL_CHUNK_IDLE_DEFAULT;
+  cfg->fence_every = SPOOL_FENCE_EVERY_DEFAULT;
   cfg->capture_check = true;
   cfg->cache_owner = true;
   cfg->ipc = SPOOL_IPC_NONE; /* issue 6 */
@@ -867,6 +886,9 @@ spool_status spool_config_validate(const spool_config *cfg) {
                        "TiB; larger blocks are better served by the pool itself)",
                        spool__format_size(cfg->heap_max_block, have));
   }
+  if (cfg->fence_every == 0 || cfg->fence_every > SPOOL__FENCE_EVERY_MAX)
+    return spool__fail(SPOOL_ERR_CONFIG, "config: fence_every is %u (expected 1 to %d)",
+                       cfg->fence_every, SPOOL__FENCE_EVERY_MAX);
   if (cfg->chunk_idle > SPOOL__CHUNK_IDLE_MAX)
     return spool__fail(SPOOL_ERR_CONFIG, "config: chunk_idle is %u (expected 0 to %d)",
                        cfg->chunk_idle, SPOOL__CHUNK_IDLE_MAX);

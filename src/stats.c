@@ -131,9 +131,9 @@ static void report_config(const spool_pool *p, FILE *out) {
           c->oom_retries);
   char l[SPOOL__SIZE_TEXT], b[SPOOL__SIZE_TEXT];
   fprintf(out, "             cache=%s front_limit=%s heap_max_block=%s chunk_idle=%u "
-               "capture_check=%s cache_owner=%s%s\n",
+               "fence_every=%u capture_check=%s cache_owner=%s%s\n",
           c->cache ? "on" : "off", spool__format_size(c->front_limit, l),
-          spool__format_size(c->heap_max_block, b), c->chunk_idle,
+          spool__format_size(c->heap_max_block, b), c->chunk_idle, c->fence_every,
           c->capture_check ? "on" : "off",
           c->cache_owner ? "on" : "off",
           c->cache_owner && !spool__barrier_available() ? " (no barrier here: locks)" : "");
