@@ -8,8 +8,9 @@
 
 install() loads libspool_torch.so (built by spool's CMake, in <build>/plugin/) with ctypes and
 hands its functions to torch.cuda.memory.CUDAPluggableAllocator: one spool pool per device,
-made at the device's first allocation from spool's defaults (the plug-in changes none), then
-the SPOOL_CONF environment variable,
+made at the device's first allocation from spool's defaults, then the plug-in's
+("chunk_idle=1000000": free heap chunks wait for empty_cache or an out-of-memory, as PyTorch's
+own segments do), then the SPOOL_CONF environment variable,
 then `conf`. Tensor.record_stream becomes spool's cross-stream hand-off,
 torch.cuda.empty_cache() trims the pools (after a device synchronize),
 torch.cuda.set_per_process_memory_fraction limits the bytes tensors hold, and running out of

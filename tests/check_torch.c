@@ -488,6 +488,7 @@ static const spool_config *config_of(void *p) {
 
 START_TEST(config_plugin_defaults) {
   void *p = torch_alloc(4 * KiB, 0, NULL);
+  ck_assert_uint_eq(config_of(p)->chunk_idle, 1000000); /* the plug-in's own */
   ck_assert_uint_eq(config_of(p)->front_limit, SPOOL_FRONT_LIMIT_DEFAULT);
   ck_assert_uint_eq(config_of(p)->heap_max_block, SPOOL_HEAP_MAX_BLOCK_LIMIT);
   ck_assert(config_of(p)->cache);
