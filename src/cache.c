@@ -22,8 +22,9 @@
  *   spool_stream_release gives back on the stream it is given.
  * - Counters are per stream, summed for spool_stats. Each stream publishes its share of the
  *   pool-wide in-use totals at once when it grows past what it published or falls more than
- *   PUBLISH_SLACK below it, and otherwise every PUBLISH_EVERY operations: so the pool-wide peak
- *   is exact for one stream, and with several streams counts each at most 1 MiB high.
+ *   PUBLISH_SLACK below it (its buffer count's falls every PUBLISH_EVERY operations): so the
+ *   pool-wide peak is exact for one stream, and with several streams counts each at most 1 MiB
+ *   high.
  *
  * Locks: the pool's lock may be held when a front's lock is taken, never the other way round.
  * The heap is under the pool's lock. */
@@ -237,15 +238,26 @@ static SPOOL__NOINLINE void publish(spool_pool *p, spool__scache *c) {
   c->ops = 0;
 }
 
+/* Every PUBLISH_EVERY operations: the buffer count's falls, which nothing else publishes. Bytes
+ * stay as they are: a fall within PUBLISH_SLACK is the bound the peaks allow, and publishing it
+ * would only make the next growth publish again. */
+static SPOOL__NOINLINE void publish_buffers(spool_pool *p, spool__scache *c) {
+  spool__totals_add(p, 0, (int64_t)(c->c.buffers_in_use - c->pub_buffers));
+  c->pub_buffers = c->c.buffers_in_use;
+  c->ops = 0;
+}
+
 /* Growth past the published share goes out at once (it may be a new peak); a fall of more than
- * PUBLISH_SLACK too (left out, it would count twice once another stream grows); smaller falls
- * every PUBLISH_EVERY operations. A stream alternating one buffer of a size then publishes
- * nothing in between unless the size is over the slack. */
+ * PUBLISH_SLACK too (left out, it would count twice once another stream grows); a smaller fall
+ * of bytes never by itself. A stream whose use moves within 1 MiB of its high publishes nothing
+ * but its buffer count now and then: threads on their own streams then share no written line. */
 static inline void after_op(spool_pool *p, spool__scache *c) {
   uint64_t bytes = c->c.bytes_in_use;
   if (bytes > c->pub_bytes || c->c.buffers_in_use > c->pub_buffers ||
-      c->pub_bytes - bytes > PUBLISH_SLACK || ++c->ops >= PUBLISH_EVERY)
+      c->pub_bytes - bytes > PUBLISH_SLACK)
     publish(p, c);
+  else if (++c->ops >= PUBLISH_EVERY && c->c.buffers_in_use != c->pub_buffers)
+    publish_buffers(p, c);
 }
 
 static inline uint64_t next_seq(spool_pool *p, spool__scache *c) {
