@@ -55,13 +55,18 @@ static int spool__same(spool__span sp, const char *word) {
 }
 
 /* Quotable form of user text for a message: long values are cut, so that one bad line cannot
- * push the line number and the reason out of the message buffer. */
+ * push the line number and the reason out of the message buffer, and control bytes are shown
+ * as \xNN, so that a stray byte (a tab, an escape) is seen instead of acting on the terminal. */
 #define SPOOL__QUOTE 72
 static const char *spool__quote(spool__span sp, char out[SPOOL__QUOTE]) {
-  if (sp.n <= 64)
-    snprintf(out, SPOOL__QUOTE, "%.*s", (int)sp.n, sp.s);
-  else
-    snprintf(out, SPOOL__QUOTE, "%.60s...", sp.s);
+  size_t i, o = 0;
+  for (i = 0; i < sp.n && o + 8 < SPOOL__QUOTE; i++) {
+    unsigned char c = (unsigned char)sp.s[i];
+    if (c < 0x20 || c == 0x7F) o += (size_t)snprintf(out + o, SPOOL__QUOTE - o, "\\x%02X", c);
+    else out[o++] = (char)c;
+  }
+  if (i < sp.n) o += (size_t)snprintf(out + o, SPOOL__QUOTE - o, "...");
+  out[o] = '\0';
   return out;
 }
 
@@ -222,6 +227,20 @@ static void spool__size_format(const spool__key *key, const spool_config *cfg, s
     spool__put(w, "max");
   else
     spool__put(w, "%llu", (unsigned long long)x);
+}
+
+/* heap_max_block: a size of at most SPOOL_HEAP_MAX_BLOCK_LIMIT, refused at its line. */
+static int spool__block_parse(const spool__key *key, spool__span v, spool_config *cfg,
+                              char *why, size_t why_len) {
+  uint64_t x;
+  if (spool__parse_size(v.s, v.n, &x, why, why_len) != 0) return -1;
+  if (x > SPOOL_HEAP_MAX_BLOCK_LIMIT) {
+    snprintf(why, why_len, "larger than 1 TiB (larger blocks are better served by the pool "
+             "itself: cache=off, or a pool of their own)");
+    return -1;
+  }
+  memcpy(spool__field(key, cfg), &x, sizeof x);
+  return 0;
 }
 
 static int spool__bool_parse(const spool__key *key, spool__span v, spool_config *cfg, char *why,
@@ -396,6 +415,8 @@ static const spool__type spool__type_peers = {"a list of device ordinals such as
 static const spool__type spool__type_retries = {
     "an integer from 0 to " SPOOL__STR(SPOOL__OOM_RETRIES_MAX), spool__retries_parse,
     spool__uint_format};
+static const spool__type spool__type_block = {"a size up to 1TiB, such as 64MiB",
+                                              spool__block_parse, spool__size_format};
 static const spool__type spool__type_idle = {
     "an integer from 0 to " SPOOL__STR(SPOOL__CHUNK_IDLE_MAX), spool__idle_parse,
     spool__uint_format};
@@ -444,7 +465,7 @@ static const spool__key spool__keys[] = {
      "the stream-ordered heap in front of the pool (off: every call goes to the pool)"},
     {"front_limit", &spool__type_size, SPOOL__AT(front_limit), NULL,
      "bytes of freed blocks each stream keeps ready for a repeat of their size"},
-    {"heap_max_block", &spool__type_size, SPOOL__AT(heap_max_block), NULL,
+    {"heap_max_block", &spool__type_block, SPOOL__AT(heap_max_block), NULL,
      "largest allocation the heap serves; larger ones go to the pool"},
     {"chunk_idle", &spool__type_idle, SPOOL__AT(chunk_idle), NULL,
      "heap allocations an all-free chunk waits before it goes back to the pool"},
@@ -710,7 +731,11 @@ static spool_status spool__io_fail(const char *what, const char *path, int err) 
                      spool__errno_text(err, msg, sizeof msg));
 }
 
-/* Reads the whole file into a NUL-terminated malloc'd buffer; any size that memory allows. */
+/* A config is a few lines: a file past this is not one (/dev/zero, a log, a device). */
+#define SPOOL__CONFIG_FILE_MAX ((size_t)1 << 20)
+
+/* Reads the file into a NUL-terminated malloc'd buffer, up to its first NUL byte (which the
+ * caller refuses, with its line) or SPOOL__CONFIG_FILE_MAX bytes. */
 static spool_status spool__read_file(const char *path, char **text, size_t *len) {
   FILE *f = fopen(path, "rb");
   size_t cap = 4096, n = 0;
@@ -718,8 +743,16 @@ static spool_status spool__read_file(const char *path, char **text, size_t *len)
   if (f == NULL) return spool__io_fail("open", path, errno);
   buf = malloc(cap);
   while (buf != NULL) {
-    n += fread(buf + n, 1, cap - 1 - n, f);
-    if (n < cap - 1) break; /* end of file or an error: ferror says which */
+    size_t got = fread(buf + n, 1, cap - 1 - n, f);
+    bool nul = memchr(buf + n, '\0', got) != NULL;
+    n += got;
+    if (!nul && n > SPOOL__CONFIG_FILE_MAX) {
+      fclose(f);
+      free(buf);
+      return spool__fail(SPOOL_ERR_CONFIG, "spool_config_load: '%s' is larger than 1 MiB: not "
+                         "a config file", path);
+    }
+    if (nul || n < cap - 1) break; /* a NUL, the end of file or an error: ferror says which */
     if (cap > SIZE_MAX / 2) { /* cannot grow further */
       free(buf);
       buf = NULL;
@@ -788,6 +821,7 @@ spool_status spool_config_from_env(spool_config *cfg) {
   if (cfg == NULL) return spool__fail(SPOOL_ERR_INVALID, "spool_config_from_env: cfg is NULL");
   text = getenv("SPOOL_CONF");
   if (text == NULL || text[0] == '\0') return SPOOL_OK;
+  if (strncmp(text, "\xEF\xBB\xBF", 3) == 0) text += 3; /* a UTF-8 mark, as in files */
   return spool__parse_text(cfg, text, strlen(text), &src);
 }
 

@@ -33,6 +33,12 @@ static const spool__unit spool__units[] = {
     {"t", 1ull << 40},
     {"tib", 1ull << 40},
     {"tb", 1000ull * 1000 * 1000 * 1000},
+    {"p", 1ull << 50},
+    {"pib", 1ull << 50},
+    {"pb", 1000ull * 1000 * 1000 * 1000 * 1000},
+    {"e", 1ull << 60},
+    {"eib", 1ull << 60},
+    {"eb", 1000ull * 1000 * 1000 * 1000 * 1000 * 1000},
 };
 
 static int spool__is_digit(char c) { return c >= '0' && c <= '9'; }

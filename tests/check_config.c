@@ -266,7 +266,10 @@ START_TEST(test_key_heap) {
   parse_fails("fence_every=0", "fence_every", "never let another stream", NULL);
   parse_fails("fence_every=65537", "fence_every", "1 to 65536", NULL);
   parse_fails("cach=on", "unknown key", "'cache'", NULL);
-  spool_config big = parsed("heap_max_block=2TiB"); /* a size; too large for the heap */
+  /* too large for the heap: refused at its line; a struct filled in code, by validate */
+  parse_fails("cache=on\nheap_max_block=2TiB", "line 2", "heap_max_block", "larger than 1 TiB");
+  spool_config big = parsed("");
+  big.heap_max_block = (uint64_t)2 << 40;
   validate_fails(&big, "heap_max_block", "2.00 TiB");
   round_trip(&cfg);
 }
@@ -435,6 +438,13 @@ START_TEST(test_size_decimals) {
   ck_assert(size_of("0.0009765625MiB") == 1024);                           /* 2^-10 MiB */
   ck_assert(size_of("16383.999999999068677425384521484375TiB") ==
             (16384ull << 40) - 1024); /* near the top, decimals exact */
+  /* the units the messages print go back in: PiB and EiB, with P/E and PB/EB */
+  ck_assert(size_of("4PiB") == 4ull << 50);
+  ck_assert(size_of("2P") == 2ull << 50);
+  ck_assert(size_of("1PB") == 1000ull * 1000 * 1000 * 1000 * 1000);
+  ck_assert(size_of("15EiB") == 15ull << 60);
+  ck_assert(size_of("1.5E") == 3ull << 59);
+  ck_assert(size_of("18EB") == 18000000000000000000ull);
 }
 END_TEST
 
@@ -443,7 +453,8 @@ START_TEST(test_size_errors) {
   size_fails("   ", "empty");
   size_fails("4Gx", "unknown unit 'Gx'");
   size_fails("4 gigabytes", "unknown unit 'gigabytes'");
-  size_fails("4PiB", "unknown unit 'PiB'");
+  size_fails("16EiB", "too large (most is 16 EiB - 1 bytes, or max)"); /* the messages' unit */
+  size_fails("16E", "too large");
   size_fails("1e9", "unknown unit 'e9'");
   size_fails("0x10", "unknown unit 'x10'");
   size_fails("1.5.5G", "unknown unit '.5G'");
@@ -804,6 +815,38 @@ START_TEST(test_load_odd_bytes) {
   temp_file(path, "", 0); /* an empty file is an empty config */
   ck_assert_int_eq(spool_config_load(&cfg, path), SPOOL_OK);
   unlink(path);
+}
+END_TEST
+
+/* A device or a huge file is refused at once, not read until memory runs out. */
+START_TEST(test_load_device_and_huge_files_refused_at_once) {
+  spool_config cfg;
+  spool_config_init(&cfg);
+  ck_assert_int_eq(spool_config_load(&cfg, "/dev/zero"), SPOOL_ERR_CONFIG);
+  ck_assert_ptr_nonnull(strstr(spool_last_error(), "/dev/zero:1: contains a NUL byte"));
+  size_t len = ((size_t)1 << 20) + 4096, i;
+  char *text = malloc(len), path[64];
+  ck_assert_ptr_nonnull(text);
+  for (i = 0; i < len; i++) text[i] = i % 64 == 63 ? '\n' : '#';
+  temp_file(path, text, len);
+  ck_assert_int_eq(spool_config_load(&cfg, path), SPOOL_ERR_CONFIG);
+  ck_assert_ptr_nonnull(strstr(spool_last_error(), "larger than 1 MiB: not a config file"));
+  unlink(path);
+  free(text);
+}
+END_TEST
+
+/* Control bytes in a bad entry are shown as \xNN, never written raw to the terminal; a UTF-8
+ * mark in front of SPOOL_CONF is skipped as it is in a file. */
+START_TEST(test_messages_show_control_bytes) {
+  parse_fails("dev\x1b[2Jice=1", "unknown key 'dev\\x1B[2Jice'", NULL, NULL);
+  parse_fails("device=\t\x01", "device", "\\x01", NULL);
+  spool_config cfg;
+  spool_config_init(&cfg);
+  setenv("SPOOL_CONF", "\xEF\xBB\xBF" "device=3", 1);
+  ck_assert_int_eq(spool_config_from_env(&cfg), SPOOL_OK);
+  unsetenv("SPOOL_CONF");
+  ck_assert_int_eq(cfg.device, 3);
 }
 END_TEST
 
@@ -1169,6 +1212,8 @@ static Suite *config_suite(void) {
   tcase_add_test(tc, test_load_missing_and_directory);
   tcase_add_test(tc, test_load_large_file);
   tcase_add_test(tc, test_load_odd_bytes);
+  tcase_add_test(tc, test_load_device_and_huge_files_refused_at_once);
+  tcase_add_test(tc, test_messages_show_control_bytes);
   tcase_add_test(tc, test_from_env);
   suite_add_tcase(s, tc);
 
