@@ -373,7 +373,11 @@ static SPOOL__NOINLINE spool_status free_slow(spool_pool *pool, void *ptr, cudaS
     dead = &moved;
   }
   if (fr == SPOOL__FREE_DONE) return s;
-  if (fr == SPOOL__FREE_PASS && pool->cfg.track == SPOOL_TRACK_OFF)
+  /* track=off keeps no table, but another pool's may know the pointer: handed to the driver
+   * through this pool, the owner would report a leak of a buffer already gone. */
+  spool__owner owner;
+  if (fr == SPOOL__FREE_PASS && pool->cfg.track == SPOOL_TRACK_OFF &&
+      !spool__registry_owner_of_start(pool, (uintptr_t)ptr, &owner))
     return free_untracked(pool, ptr, stream);
   refusal r = {0};
   r.freed = fr == SPOOL__FREE_CACHED;

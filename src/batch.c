@@ -20,6 +20,14 @@ static void clear(void **ptrs, size_t count) {
   for (size_t i = 0; i < count; i++) ptrs[i] = NULL;
 }
 
+/* ptrs is written before sizes is read to the end: the two must not share memory (and a refusal
+ * must not clear ptrs then, or it would change the caller's sizes). */
+static bool overlap(size_t count, const size_t *sizes, void *const *ptrs) {
+  uintptr_t sz = (uintptr_t)sizes, pt = (uintptr_t)ptrs;
+  return sizes && ptrs && count <= UINT32_MAX && sz < pt + count * sizeof *ptrs &&
+         pt < sz + count * sizeof *sizes;
+}
+
 static spool_status check_args(spool_pool *pool, size_t count, const size_t *sizes, void **ptrs,
                                size_t align) {
   if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", ALLOC);
@@ -28,6 +36,10 @@ static spool_status check_args(spool_pool *pool, size_t count, const size_t *siz
   if (count == 0 || count > UINT32_MAX)
     return spool__fail(SPOOL_ERR_INVALID, "%s: count is %zu; a batch has 1 to %" PRIu32
                        " sub-buffers", ALLOC, count, UINT32_MAX);
+  if (overlap(count, sizes, ptrs))
+    return spool__fail(SPOOL_ERR_INVALID, "%s: sizes (%p) and ptrs (%p) overlap; the %zu "
+                       "pointers would overwrite the sizes: pass two arrays", ALLOC,
+                       (const void *)sizes, (void *)ptrs, count);
   if (align == 0 || (align & (align - 1)) != 0 || align > BATCH_ALIGN_MAX)
     return spool__fail(SPOOL_ERR_INVALID, "%s: alignment %zu is not a power of two up to %d "
                        "(0 means %d; pool memory is aligned to %d bytes)", ALLOC, align,
@@ -48,6 +60,9 @@ static spool_status layout(size_t count, const size_t *sizes, size_t align, void
     offsets[i] = (void *)start;
     at = start + sizes[i];
   }
+  /* A trailing sub-buffer of no bytes would point just past the allocation, where a free of it
+   * could not be told from a stranger's pointer: one byte more keeps it inside. */
+  if (at > 0 && (uintptr_t)offsets[count - 1] == at) at++;
   *total = at;
   return SPOOL_OK;
 }
@@ -55,14 +70,15 @@ static spool_status layout(size_t count, const size_t *sizes, size_t align, void
 static spool_status alloc_batch(spool_pool *pool, cudaStream_t stream, size_t count,
                                 const size_t *sizes, void **ptrs, size_t align,
                                 spool__site site) {
-  if (ptrs && count <= UINT32_MAX) clear(ptrs, count);
+  bool clearable = ptrs && count <= UINT32_MAX && !overlap(count, sizes, ptrs);
+  if (clearable) clear(ptrs, count);
   if (align == 0) align = BATCH_ALIGN_DEFAULT;
   spool_status s = check_args(pool, count, sizes, ptrs, align);
   size_t total = 0;
   /* The offsets go in ptrs first: no scratch memory, and ptrs is the caller's to write. */
   if (s == SPOOL_OK) s = layout(count, sizes, align, ptrs, &total);
   if (s != SPOOL_OK || total == 0) {
-    if (ptrs && count <= UINT32_MAX) clear(ptrs, count);
+    if (clearable) clear(ptrs, count);
     return s;
   }
   site.batch = (uint32_t)count;

@@ -749,6 +749,22 @@ bool spool__cache_containing(spool_pool *p, uintptr_t u, spool__buffer *out) {
   return found;
 }
 
+bool spool__cache_find_live(spool_pool *p, uintptr_t u, spool__buffer *out) {
+  bool found = false;
+  pthread_mutex_lock(&p->lock);
+  for (spool__scache *c = p->caches; c && !found; c = c->next) {
+    lock(c);
+    const spool__buffer *b = spool__table_lookup(&c->blocks, u);
+    if (b && b->state == SPOOL__LIVE) {
+      *out = *b;
+      found = true;
+    }
+    unlock(c);
+  }
+  pthread_mutex_unlock(&p->lock);
+  return found;
+}
+
 typedef struct live_walk {
   void (*fn)(const spool__buffer *, void *);
   void *arg;

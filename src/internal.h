@@ -163,7 +163,8 @@ void spool__grave_free(spool__graveyard *g);
 
 /* Every live pool, so that a free given to the wrong pool can name the right one. */
 void spool__registry_add(spool_pool *pool);
-void spool__registry_remove(spool_pool *pool);
+/* false when pool was not registered (destroyed already): compares addresses only. */
+bool spool__registry_remove(spool_pool *pool);
 /* The pool a pointer belongs to, as it was when asked: the pool's address is for messages
  * only (it may be destroyed by the time it is read). */
 typedef struct spool__owner {
@@ -176,6 +177,9 @@ typedef struct spool__owner {
  * fills *out when found, else 0. Takes the registry lock and each pool's lock in turn: the
  * caller must hold no pool lock. */
 int spool__registry_owner(const spool_pool *self, uintptr_t ptr, spool__owner *out);
+/* The same for ptr at a live buffer's start only: a hash lookup per pool and stream, cheap
+ * enough for every free that no table of self knows (track=off). */
+int spool__registry_owner_of_start(const spool_pool *self, uintptr_t ptr, spool__owner *out);
 /* Trims every registered pool on self's device but self to what it uses (out-of-memory path).
  * Takes the registry lock only; CUDA's pool calls are thread safe. */
 void spool__registry_trim_device(const spool_pool *self);
@@ -470,6 +474,9 @@ bool spool__cache_containing(spool_pool *pool, uintptr_t ptr, spool__buffer *out
  * waits for that stream. Returns SPOOL_OK or the first failure (the blocks that failed stay
  * cached). Takes the pool's lock. */
 spool_status spool__cache_flush_all(spool_pool *pool, const char *ctx);
+
+/* The live heap buffer that starts at ptr, from any stream's table. Takes the pool's lock. */
+bool spool__cache_find_live(spool_pool *pool, uintptr_t ptr, spool__buffer *out);
 
 /* Calls fn for every live buffer of every stream cache (each cache's lock held meanwhile). */
 void spool__cache_each_live(spool_pool *pool, void (*fn)(const spool__buffer *, void *),

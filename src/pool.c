@@ -377,7 +377,11 @@ spool_status spool_pool_adopt(spool_pool **pool, cudaMemPool_t handle, const spo
 
 spool_status spool_pool_destroy(spool_pool *pool) {
   if (!pool) return SPOOL_OK;
-  spool__registry_remove(pool);
+  /* A second destroy finds the pointer in no list: a status instead of a use after free (as
+   * long as no new pool has been given the same address meanwhile). */
+  if (!spool__registry_remove(pool))
+    return spool__fail(SPOOL_ERR_INVALID, "spool_pool_destroy: %p is not a live pool (destroyed "
+                       "already?); nothing done", (void *)pool);
   spool_status s = spool__free_leaks(pool);
   spool_status cs = spool__cache_destroy(pool, s == SPOOL_OK || s == SPOOL_ERR_LEAKS);
   if (s == SPOOL_OK) s = cs;

@@ -155,15 +155,36 @@ void spool__registry_add(spool_pool *pool) {
   pthread_mutex_unlock(&registry_lock);
 }
 
-void spool__registry_remove(spool_pool *pool) {
+bool spool__registry_remove(spool_pool *pool) {
+  bool found = false;
   pthread_mutex_lock(&registry_lock);
-  for (spool_pool **at = &registry_head; *at; at = &(*at)->registry_next) {
+  for (spool_pool **at = &registry_head; *at && !found; at = &(*at)->registry_next) {
     if (*at == pool) {
       *at = pool->registry_next;
-      break;
+      found = true;
     }
   }
   pthread_mutex_unlock(&registry_lock);
+  return found;
+}
+
+int spool__registry_owner_of_start(const spool_pool *self, uintptr_t ptr, spool__owner *out) {
+  int found = 0;
+  pthread_mutex_lock(&registry_lock);
+  for (spool_pool *p = registry_head; p && !found; p = p->registry_next) {
+    if (p == self) continue;
+    pthread_mutex_lock(&p->lock);
+    const spool__buffer *b = spool__table_find(&p->live, ptr);
+    if (b) out->buffer = *b;
+    pthread_mutex_unlock(&p->lock);
+    found = b || spool__cache_find_live(p, ptr, &out->buffer);
+    if (found) {
+      out->pool = p;
+      out->device = p->device;
+    }
+  }
+  pthread_mutex_unlock(&registry_lock);
+  return found;
 }
 
 int spool__registry_owner(const spool_pool *self, uintptr_t ptr, spool__owner *out) {

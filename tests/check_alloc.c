@@ -241,6 +241,27 @@ START_TEST(free_wrong_pool) {
 }
 END_TEST
 
+/* The same through a pool with track=off and no heap, which keeps no table of its own: the
+ * other pool's buffer is still named and kept, and the owner reports no false leak. */
+START_TEST(free_wrong_pool_untracked) {
+  spool_pool *p = default_pool();
+  spool_pool *q = test_pool_with("track=off, cache=off");
+  cudaStream_t s = test_stream_create();
+  void *a = NULL, *b = NULL;
+  CK_SPOOL(spool_alloc(p, &a, 1000, s));
+  CK_SPOOL(spool_alloc(p, &b, 4 * MiB, s));
+  CK_STATUS(spool_free(q, a, s), SPOOL_ERR_WRONG_POOL);
+  CK_STATUS(spool_free(q, b, s), SPOOL_ERR_WRONG_POOL);
+  CK_LAST_ERROR_HAS("belongs to another pool");
+  check_counts(p, 1000 + 4 * MiB, 2, 2, 0);
+  CK_SPOOL(spool_free(p, a, s));
+  CK_SPOOL(spool_free(p, b, s));
+  test_stream_destroy(s);
+  test_pool_destroy(q);
+  test_pool_destroy(p); /* SPOOL_OK: no leak */
+}
+END_TEST
+
 START_TEST(free_foreign_pool_memory) {
   /* Memory from cudaMallocAsync (the default pool): not spool's. */
   spool_pool *p = default_pool();
@@ -699,6 +720,7 @@ static Suite *alloc_suite(void) {
   tcase_add_test(tc, alloc_free_null_arguments);
   tcase_add_test(tc, free_unknown_pointer);
   tcase_add_test(tc, free_wrong_pool);
+  tcase_add_test(tc, free_wrong_pool_untracked);
   tcase_add_test(tc, free_foreign_pool_memory);
   suite_add_tcase(s, tc);
 

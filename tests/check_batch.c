@@ -35,6 +35,22 @@ START_TEST(batch_layout_default_alignment) {
 }
 END_TEST
 
+/* A sub-buffer of no bytes at the end still points inside the batch: its free is named as a
+ * member's, not as a stranger's pointer. */
+START_TEST(batch_trailing_empty_member_is_a_member) {
+  spool_pool *p = test_pool_with(NULL);
+  cudaStream_t s = test_stream_create();
+  size_t sizes[] = {256, 0};
+  void *ptrs[2];
+  CK_SPOOL(spool_alloc_batch(p, s, 2, sizes, ptrs, 0));
+  ck_assert_uint_eq(off(ptrs, 1), 256);
+  CK_STATUS(spool_free(p, ptrs[1], s), SPOOL_ERR_BATCH_MEMBER);
+  CK_SPOOL(spool_free(p, ptrs[0], s));
+  test_pool_destroy(p);
+  test_stream_destroy(s);
+}
+END_TEST
+
 START_TEST(batch_small_alignment) {
   spool_pool *p = test_pool_with(NULL);
   cudaStream_t s = test_stream_create();
@@ -71,6 +87,16 @@ START_TEST(batch_bad_arguments) {
   CK_LAST_ERROR_HAS("overflow");
   ck_assert_ptr_null(ptrs[0]);
   ck_assert_ptr_null(ptrs[1]);
+  /* sizes and ptrs in the same memory: refused, the caller's sizes untouched */
+  union {
+    size_t sizes[2];
+    void *ptrs[2];
+  } same = {.sizes = {64, 128}};
+  CK_STATUS(spool_alloc_batch(p, s, 2, same.sizes, same.ptrs, 0), SPOOL_ERR_INVALID);
+  CK_LAST_ERROR_HAS("overlap");
+  ck_assert_uint_eq(same.sizes[0], 64);
+  ck_assert_uint_eq(same.sizes[1], 128);
+  ck_assert_uint_eq(test_stats(p).allocs, 0);
   size_t zeros[] = {0, 0};
   ptrs[0] = ptrs[1] = TEST_SENTINEL;
   CK_SPOOL(spool_alloc_batch(p, s, 2, zeros, ptrs, 0)); /* nothing to allocate */
@@ -212,6 +238,7 @@ static Suite *suite(void) {
   TCase *tc = test_tcase("batch");
   tcase_add_test(tc, batch_layout_default_alignment);
   tcase_add_test(tc, batch_small_alignment);
+  tcase_add_test(tc, batch_trailing_empty_member_is_a_member);
   tcase_add_test(tc, batch_bad_arguments);
   tcase_add_test(tc, batch_member_free_refused_cached);
   tcase_add_test(tc, batch_member_free_refused_uncached);

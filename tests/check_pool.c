@@ -644,6 +644,16 @@ START_TEST(sim_current_device_kept_two_devices) {
 END_TEST
 #endif
 
+/* A pool destroyed twice: the second call is a status, never a use of freed memory. */
+START_TEST(destroy_twice_refused) {
+  spool_pool *p = test_pool_with(NULL);
+  CK_SPOOL(spool_pool_destroy(p));
+  CK_STATUS(spool_pool_destroy(p), SPOOL_ERR_INVALID);
+  CK_LAST_ERROR_HAS("not a live pool");
+  ck_assert_int_eq(cudaGetLastError(), cudaSuccess);
+}
+END_TEST
+
 START_TEST(destroy_with_leaks) {
   spool_config cfg = test_config();
   spool_pool *p = test_pool_create(&cfg);
@@ -1177,6 +1187,7 @@ static Suite *pool_suite(void) {
   tcase_add_test(tc, config_from_env);
   tcase_add_test(tc, invalid_device);
   tcase_add_test(tc, current_device_kept);
+  tcase_add_test(tc, destroy_twice_refused);
   tcase_add_test(tc, destroy_with_leaks);
   tcase_add_test(tc, destroy_leaks_stream_gone);
 #ifdef SPOOL_TEST_SIM

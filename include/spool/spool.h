@@ -281,8 +281,10 @@ SPOOL_EXPORT spool_status spool_pool_adopt(spool_pool **pool, cudaMemPool_t hand
  * leaked buffers stay allocated). An own pool is
  * then destroyed with cudaMemPoolDestroy; an adopted one is left to its owner. NULL: SPOOL_OK,
  * nothing done. Returns SPOOL_OK, SPOOL_ERR_LEAKS, SPOOL_ERR_CUDA; the pool is gone in every
- * case. Not thread safe with other calls on the same pool: no other thread may use it
- * meanwhile, and the pointer is invalid after. */
+ * case. A pointer that is no live pool (destroyed already) is SPOOL_ERR_INVALID, nothing done:
+ * only its address is compared, so this catches a second destroy unless a new pool has been
+ * given the same address since. Not thread safe with other calls on the same pool: no other
+ * thread may use it meanwhile, and the pointer is invalid after. */
 SPOOL_EXPORT spool_status spool_pool_destroy(spool_pool *pool);
 
 /* The cudaMemPool_t under the pool, for CUDA calls spool does not wrap; NULL for a NULL pool.
