@@ -168,16 +168,20 @@ bool spool__registry_remove(spool_pool *pool) {
   return found;
 }
 
-int spool__registry_owner_of_start(const spool_pool *self, uintptr_t ptr, spool__owner *out) {
+/* Looks ptr up in every pool but self: at a buffer's start only (hash lookups), or inside one
+ * too (scans). */
+static int registry_find(const spool_pool *self, uintptr_t ptr, bool inside, spool__owner *out) {
   int found = 0;
   pthread_mutex_lock(&registry_lock);
   for (spool_pool *p = registry_head; p && !found; p = p->registry_next) {
     if (p == self) continue;
     pthread_mutex_lock(&p->lock);
     const spool__buffer *b = spool__table_find(&p->live, ptr);
+    if (!b && inside) b = spool__table_containing(&p->live, ptr);
     if (b) out->buffer = *b;
     pthread_mutex_unlock(&p->lock);
-    found = b || spool__cache_find_live(p, ptr, &out->buffer);
+    found = b || (inside ? spool__cache_containing(p, ptr, &out->buffer)
+                         : spool__cache_find_live(p, ptr, &out->buffer));
     if (found) {
       out->pool = p;
       out->device = p->device;
@@ -187,24 +191,12 @@ int spool__registry_owner_of_start(const spool_pool *self, uintptr_t ptr, spool_
   return found;
 }
 
+int spool__registry_owner_of_start(const spool_pool *self, uintptr_t ptr, spool__owner *out) {
+  return registry_find(self, ptr, false, out);
+}
+
 int spool__registry_owner(const spool_pool *self, uintptr_t ptr, spool__owner *out) {
-  int found = 0;
-  pthread_mutex_lock(&registry_lock);
-  for (spool_pool *p = registry_head; p && !found; p = p->registry_next) {
-    if (p == self) continue;
-    pthread_mutex_lock(&p->lock);
-    const spool__buffer *b = spool__table_find(&p->live, ptr);
-    if (!b) b = spool__table_containing(&p->live, ptr);
-    if (b) out->buffer = *b;
-    pthread_mutex_unlock(&p->lock);
-    found = b || spool__cache_containing(p, ptr, &out->buffer);
-    if (found) {
-      out->pool = p;
-      out->device = p->device;
-    }
-  }
-  pthread_mutex_unlock(&registry_lock);
-  return found;
+  return registry_find(self, ptr, true, out);
 }
 
 void spool__registry_trim_device(const spool_pool *self) {
