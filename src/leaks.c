@@ -170,7 +170,8 @@ static FILE *open_report(const spool_pool *p, bool *close_it) {
 
 typedef struct free_pass {
   cudaError_t err;
-  uintptr_t ptr; /* the first that failed */
+  uintptr_t ptr;   /* the first that failed */
+  uint64_t failed; /* how many failed: every one is tried */
 } free_pass;
 
 /* A heap buffer goes back with its chunk when the heap is destroyed, right after this. */
@@ -178,15 +179,16 @@ static void free_one(const spool__buffer *b, void *arg) {
   free_pass *f = arg;
   if (b->blk) return;
   cudaError_t err = cudaFreeAsync((void *)b->ptr, cudaStreamLegacy);
-  if (err != cudaSuccess && f->err == cudaSuccess) {
+  if (err != cudaSuccess && f->failed++ == 0) {
     f->err = err;
     f->ptr = b->ptr;
   }
+  if (err != cudaSuccess) spool__clear_cuda_error();
 }
 
 /* Frees every leaked buffer. Their streams may already be destroyed, and work queued on them may
  * still use the memory: a device synchronize makes freeing on the legacy stream safe. */
-static spool_status free_all(spool_pool *p) {
+static spool_status free_all(spool_pool *p, uint64_t *stay) {
   static const char ctx[] = "spool_pool_destroy: freeing leaked buffers";
   int saved = 0;
   spool_status s = spool__device_enter(p->device, &saved, ctx);
@@ -195,9 +197,10 @@ static spool_status free_all(spool_pool *p) {
   if (err != cudaSuccess) {
     s = spool__fail_cuda(err, "cudaDeviceSynchronize", "%s", ctx);
   } else {
-    free_pass f = {cudaSuccess, 0};
+    free_pass f = {cudaSuccess, 0, 0};
     each_live(p, free_one, &f);
-    if (f.err != cudaSuccess)
+    *stay = f.failed;
+    if (f.failed)
       s = spool__fail_cuda(f.err, "cudaFreeAsync", "%s: %p", ctx, (void *)f.ptr);
   }
   return spool__device_leave(p->device, saved, s, ctx);
@@ -221,10 +224,14 @@ spool_status spool__free_leaks(spool_pool *pool) {
     each_live(pool, print_buffer_plain, out);
   }
   if (close_it && fclose(out) != 0) fprintf(stderr, "spool: closing the leak report failed\n");
-  spool_status s = pool->cfg.track == SPOOL_TRACK_OFF ? SPOOL_OK : free_all(pool);
-  if (s != SPOOL_OK)
+  uint64_t stay = n; /* all of them, unless the free pass says how many */
+  spool_status s = pool->cfg.track == SPOOL_TRACK_OFF ? SPOOL_OK : free_all(pool, &stay);
+  if (s != SPOOL_OK && stay == n)
     return spool__append(s, "; %" PRIu64 " leaked buffer%s (see the leak report) could not be "
                          "freed and stay allocated", n, n == 1 ? "" : "s");
+  if (s != SPOOL_OK)
+    return spool__append(s, "; %" PRIu64 " of the %" PRIu64 " leaked buffers (see the leak "
+                         "report) could not be freed and stay allocated", stay, n);
   return spool__fail(SPOOL_ERR_LEAKS,
                      "%s: %" PRIu64 " buffer%s still allocated on device %d (see the leak "
                      "report); %s", ctx, n, n == 1 ? " was" : "s were", pool->device,

@@ -375,6 +375,16 @@ spool_status spool_pool_adopt(spool_pool **pool, cudaMemPool_t handle, const spo
   return open_pool(pool, &c, handle, ADOPT);
 }
 
+/* The status of a destroy so far (s) and of its next step (later): the first failure wins,
+ * except that leaks, already reported, give way to a CUDA failure after them, whose message is
+ * this thread's now (status and message must tell the same story). */
+static spool_status later_failure(spool_status s, spool_status later) {
+  if (later == SPOOL_OK || (s != SPOOL_OK && s != SPOOL_ERR_LEAKS)) return s;
+  if (s == SPOOL_ERR_LEAKS)
+    return spool__append(later, "; the pool also had leaked buffers (see the leak report)");
+  return later;
+}
+
 spool_status spool_pool_destroy(spool_pool *pool) {
   if (!pool) return SPOOL_OK;
   /* A second destroy finds the pointer in no list: a status instead of a use after free (as
@@ -383,13 +393,11 @@ spool_status spool_pool_destroy(spool_pool *pool) {
     return spool__fail(SPOOL_ERR_INVALID, "spool_pool_destroy: %p is not a live pool (destroyed "
                        "already?); nothing done", (void *)pool);
   spool_status s = spool__free_leaks(pool);
-  spool_status cs = spool__cache_destroy(pool, s == SPOOL_OK || s == SPOOL_ERR_LEAKS);
-  if (s == SPOOL_OK) s = cs;
-  /* issue 5: scope objects (their chunks were leaks, freed above) and the hand-off stream,
-   * after the caches gave back the blocks freed on it */
+  s = later_failure(s, spool__cache_destroy(pool, s == SPOOL_OK || s == SPOOL_ERR_LEAKS));
+  /* scope objects (their chunks were leaks, freed above) and the hand-off stream, after the
+   * heap gave back the blocks freed on it */
   spool__scopes_destroy(pool);
-  cs = spool__handoff_destroy(pool);
-  if (s == SPOOL_OK) s = cs;
+  s = later_failure(s, spool__handoff_destroy(pool));
   if (pool->owned) {
     cudaError_t err = cudaMemPoolDestroy(pool->handle);
     if (err != cudaSuccess) {

@@ -197,7 +197,10 @@ static void report_device(const spool_pool *p, FILE *out) {
 }
 
 static const char *device_name(int device, struct cudaDeviceProp *prop) {
-  if (cudaGetDeviceProperties(prop, device) != cudaSuccess) return "name unavailable";
+  if (cudaGetDeviceProperties(prop, device) != cudaSuccess) {
+    spool__clear_cuda_error(); /* the report succeeds: the caller's next check must too */
+    return "name unavailable";
+  }
   prop->name[sizeof prop->name - 1] = '\0';
   return prop->name;
 }

@@ -556,6 +556,19 @@ START_TEST(sim_report_meminfo_fails) {
 }
 END_TEST
 
+/* The device's name cannot be read: the report says so, succeeds, and leaves the runtime's last
+ * error clear for the caller's own checks. */
+START_TEST(sim_report_without_device_name_leaves_no_cuda_error) {
+  spool_pool *p = pool_with_threshold(UINT64_MAX);
+  cudasim_fail("cudaGetDeviceProperties", 1, cudaErrorUnknown);
+  char *text = report_text(p);
+  CK_TEXT_HAS(text, "name unavailable");
+  ck_assert_int_eq(cudaGetLastError(), cudaSuccess);
+  free(text);
+  test_pool_destroy(p);
+}
+END_TEST
+
 START_TEST(sim_report_meminfo_fails_keeps_last_error) {
   /* spool_report succeeds without cudaMemGetInfo: the thread's last failure stays as it was. */
   spool_pool *p = pool_with_threshold(UINT64_MAX);
@@ -638,6 +651,7 @@ static Suite *stats_suite(void) {
   tcase_add_test(tc, sim_trim_fails);
   tcase_add_test(tc, sim_trim_pending_free);
   tcase_add_test(tc, sim_report_meminfo_fails);
+  tcase_add_test(tc, sim_report_without_device_name_leaves_no_cuda_error);
   tcase_add_test(tc, sim_report_meminfo_fails_keeps_last_error);
   tcase_add_test(tc, sim_report_attribute_fails);
   tcase_add_test(tc, sim_report_capacity);

@@ -1208,6 +1208,47 @@ START_TEST(sim_destroy_leaks_sync_fails) {
   ck_assert_int_eq(cudasim_live_allocations(), 0);
 }
 END_TEST
+/* One leaked buffer of two cannot be given back: the message counts the one, and the other is
+ * gone. */
+START_TEST(sim_destroy_counts_the_leaks_that_stay) {
+  spool_pool *p = pool_with("cache=off, report=/dev/null");
+  cudaStream_t s = test_stream_create();
+  void *a = NULL, *b = NULL;
+  CK_SPOOL(spool_alloc(p, &a, 1 * MiB, s));
+  CK_SPOOL(spool_alloc(p, &b, 2 * MiB, s));
+  cudasim_fail("cudaFreeAsync", 1, cudaErrorUnknown);
+  CK_STATUS(spool_pool_destroy(p), SPOOL_ERR_CUDA);
+  CK_LAST_ERROR_HAS("1 of the 2 leaked buffers");
+  ck_assert_int_eq(cudaGetLastError(), cudaSuccess);
+  ck_assert_int_eq(cudasim_live_allocations(), 1);
+  /* the one that stayed (the table's order decides which) is the caller's to give back */
+  if (cudaFreeAsync(a, s) != cudaSuccess) {
+    (void)cudaGetLastError();
+    CK_CUDA(cudaFreeAsync(b, s));
+  }
+  test_stream_destroy(s);
+  ck_assert_int_eq(cudasim_live_allocations(), 0);
+}
+END_TEST
+
+/* Leaks, then the heap's chunk cannot be given back: the status is the CUDA failure's, whose
+ * message also says there were leaks (status and words agree). */
+START_TEST(sim_destroy_failure_after_leaks_is_the_status) {
+  spool_pool *p = pool_with("report=/dev/null");
+  cudaStream_t s = test_stream_create();
+  void *a = NULL;
+  CK_SPOOL(spool_alloc(p, &a, 1 * MiB, s));
+  cudasim_fail("cudaFreeAsync", 1, cudaErrorUnknown);
+  CK_STATUS(spool_pool_destroy(p), SPOOL_ERR_CUDA);
+  CK_LAST_ERROR_HAS("cudaFreeAsync");
+  CK_LAST_ERROR_HAS("chunk");
+  CK_LAST_ERROR_HAS("leaked buffers");
+  ck_assert_int_eq(cudaGetLastError(), cudaSuccess);
+  CK_CUDA(cudaFreeAsync(a, s)); /* a sits at its chunk's start: the chunk */
+  test_stream_destroy(s);
+}
+END_TEST
+
 #endif /* SPOOL_TEST_SIM */
 
 /* ---- threads -------------------------------------------------------------------------------- */
@@ -1324,6 +1365,8 @@ static Suite *track_suite(void) {
   tcase_add_test(tc, leaks_empty_tag_and_untagged);
 #ifdef SPOOL_TEST_SIM
   tcase_add_test(tc, sim_destroy_leaks_sync_fails);
+  tcase_add_test(tc, sim_destroy_counts_the_leaks_that_stay);
+  tcase_add_test(tc, sim_destroy_failure_after_leaks_is_the_status);
 #endif
   suite_add_tcase(s, tc);
 
