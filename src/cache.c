@@ -906,9 +906,16 @@ static void destroy_one(spool__scache *c) {
  * (the leak report has named them), once the device is idle. */
 static spool_status heap_destroy_locked(spool_pool *p, bool leaks_freed, const char *ctx) {
   cudaError_t err = cudaDeviceSynchronize();
-  if (err != cudaSuccess) spool__clear_cuda_error(); /* the free chunks go back all the same */
-  spool_status s = spool__heap_destroy(p, cudaStreamPerThread, leaks_freed && err == cudaSuccess,
-                                       ctx);
+  if (err != cudaSuccess) {
+    /* Work may still use any chunk: none goes back (an own pool's destroy takes them). */
+    char size[SPOOL__SIZE_TEXT];
+    spool__format_size(p->heap.chunk_bytes, size);
+    (void)spool__heap_destroy(p, cudaStreamPerThread, SPOOL__GIVE_NONE, ctx);
+    return spool__fail_cuda(err, "cudaDeviceSynchronize", "%s: before giving the heap's chunks "
+                            "back; %s of them stay allocated", ctx, size);
+  }
+  spool_status s = spool__heap_destroy(p, cudaStreamPerThread,
+                                       leaks_freed ? SPOOL__GIVE_ALL : SPOOL__GIVE_FREE, ctx);
   err = cudaStreamSynchronize(cudaStreamPerThread);
   if (err != cudaSuccess && s == SPOOL_OK)
     s = spool__fail_cuda(err, "cudaStreamSynchronize", "%s: after giving the heap's chunks "
@@ -918,16 +925,19 @@ static spool_status heap_destroy_locked(spool_pool *p, bool leaks_freed, const c
 
 spool_status spool__cache_destroy(spool_pool *p, bool leaks_freed) {
   static const char ctx[] = "spool_pool_destroy";
-  spool_status s = spool__cache_flush_all(p, ctx);
+  spool_status s = SPOOL_OK;
   pthread_mutex_lock(&p->lock);
+  /* No flush first: every chunk goes back below, after one device synchronize; the fronts'
+   * blocks only need to be free so that their chunks count as free of leaks. */
+  for (spool__scache *c = p->caches; c; c = c->next) (void)front_spill(p, c, 0, false);
   if (p->heap.chunks) {
     int saved = 0;
     spool_status hs = spool__device_enter(p->device, &saved, ctx);
     if (hs == SPOOL_OK)
       hs = spool__device_leave(p->device, saved, heap_destroy_locked(p, leaks_freed, ctx), ctx);
-    if (s == SPOOL_OK) s = hs;
+    s = hs;
   } else {
-    (void)spool__heap_destroy(p, cudaStreamPerThread, false, ctx); /* records only */
+    (void)spool__heap_destroy(p, cudaStreamPerThread, SPOOL__GIVE_NONE, ctx); /* records */
   }
   while (p->caches) {
     spool__scache *c = p->caches;

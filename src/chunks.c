@@ -411,7 +411,7 @@ static bool has_used(const spool__chunk *c) {
   return false;
 }
 
-spool_status spool__heap_destroy(spool_pool *p, cudaStream_t stream, bool used_too,
+spool_status spool__heap_destroy(spool_pool *p, cudaStream_t stream, spool__give give,
                                  const char *ctx) {
   spool__heap *h = &p->heap;
   spool_status s = SPOOL_OK;
@@ -419,8 +419,8 @@ spool_status spool__heap_destroy(spool_pool *p, cudaStream_t stream, bool used_t
   /* Every chunk is tried: one that fails does not keep the others from going back. */
   while (h->chunks) {
     spool__chunk *c = h->chunks;
-    if (!used_too && has_used(c)) { /* leaked buffers that could not be freed stay */
-      chunk_drop(h, c);
+    if (give == SPOOL__GIVE_NONE || (give == SPOOL__GIVE_FREE && has_used(c))) {
+      chunk_drop(h, c); /* stays allocated: its work may still run, or a leak could not go */
       continue;
     }
     cudaError_t err = cudaFreeAsync((void *)c->addr, stream);

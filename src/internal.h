@@ -306,10 +306,11 @@ bool spool__heap_has_free_chunk(const spool_pool *pool);
  * for at least idle heap allocations. SPOOL_OK or the first failure (that chunk stays). */
 spool_status spool__heap_free_empty(spool_pool *pool, spool__pending *own, cudaStream_t stream,
                                     uint64_t idle, const char *ctx);
-/* At destroy, the device idle: gives every chunk back on stream (with used_too, those holding
- * leaked buffers as well; else they stay allocated) and frees the records. Tries every chunk;
- * the message says how many stay allocated. */
-spool_status spool__heap_destroy(spool_pool *pool, cudaStream_t stream, bool used_too,
+/* At destroy, the device idle: gives chunks back on stream (none; those with no used block; all,
+ * leaked buffers' too) and frees every record. Tries every chunk; the message says how many
+ * stay allocated. */
+typedef enum { SPOOL__GIVE_NONE, SPOOL__GIVE_FREE, SPOOL__GIVE_ALL } spool__give;
+spool_status spool__heap_destroy(spool_pool *pool, cudaStream_t stream, spool__give give,
                                  const char *ctx);
 /* Walks the heap and checks every rule it keeps (for tests); false with the first broken one
  * in why. Takes the pool's lock. */
