@@ -595,6 +595,76 @@ static void to_heap(spool_pool *p, spool__scache *c, spool__buffer *b, cudaStrea
   if (!pool_locked) pthread_mutex_unlock(&p->lock);
 }
 
+/* ---- quarantine (poison=on) ---------------------------------------------------------------- */
+
+static SPOOL__NOINLINE bool quar_grow(spool__scache *c) {
+  uint32_t cap = c->quar_cap ? c->quar_cap * 2 : 16;
+  uintptr_t *q = malloc(cap * sizeof *q);
+  if (!q) return false;
+  for (uint32_t i = 0; i < c->quar_count; i++) q[i] = c->quar[(c->quar_head + i) % c->quar_cap];
+  free(c->quar);
+  c->quar = q;
+  c->quar_cap = cap;
+  c->quar_head = 0;
+  return true;
+}
+
+/* The oldest quarantined block, out of the ring (its record stays, freed, in c's table until it
+ * goes into the heap). Under c's lock. */
+static uintptr_t quar_pop(spool__scache *c) {
+  uintptr_t u = c->quar[c->quar_head];
+  c->quar_head = (c->quar_head + 1) % c->quar_cap;
+  c->quar_count--;
+  c->quar_bytes -= spool__table_lookup(&c->blocks, u)->bytes;
+  return u;
+}
+
+/* Under the pool's lock and c's: the quarantined block u goes into the heap. */
+static void quar_release_locked(spool_pool *p, spool__scache *c, uintptr_t u) {
+  spool__buffer gone;
+  if (!spool__table_remove(&c->blocks, u, &gone)) return;
+  spool__grave_bury(&p->graves, &gone);
+  spool__heap_release(p, &c->pend, gone.blk);
+}
+
+/* Under the pool's lock: everything c keeps in quarantine goes into the heap. */
+static void quar_drain(spool_pool *p, spool__scache *c) {
+  lock(c);
+  while (c->quar_count) quar_release_locked(p, c, quar_pop(c));
+  unlock(c);
+}
+
+#define QUAR_OUT_MAX 8 /* blocks one free lets out at most: bounded work per call */
+
+/* Under c's lock, held as h (left here): the freed (and poisoned) block b waits in c's
+ * quarantine; what is past its bounds, oldest first, goes into the heap. */
+static void quarantine_in(spool_pool *p, spool__scache *c, spool__buffer *b, cudaStream_t stream,
+                          const spool__site *site, held h, bool pool_locked) {
+  if (c->quar_count == c->quar_cap && !quar_grow(c)) {
+    to_heap(p, c, b, stream, site, h, pool_locked); /* no host memory: no quarantine */
+    return;
+  }
+  b->state = SPOOL__CACHED;
+  b->died = *site;
+  b->tick = ++c->tick;
+  c->quar[(c->quar_head + c->quar_count++) % c->quar_cap] = b->ptr;
+  c->quar_bytes += b->bytes;
+  count_free(p, c, b->size);
+  uintptr_t out[QUAR_OUT_MAX];
+  unsigned n = 0;
+  while (n < QUAR_OUT_MAX && c->quar_count &&
+         (c->quar_count > p->cfg.quarantine || c->quar_bytes > SPOOL_QUARANTINE_BYTES))
+    out[n++] = quar_pop(c);
+  leave(c, h);
+  if (!n) return;
+  if (!pool_locked) pthread_mutex_lock(&p->lock);
+  lock(c);
+  for (unsigned i = 0; i < n; i++) quar_release_locked(p, c, out[i]);
+  spool__heap_stream_op(p, &c->pend, stream);
+  unlock(c);
+  if (!pool_locked) pthread_mutex_unlock(&p->lock);
+}
+
 /* free_live's rare cases: capture, poisoning, a full front, no host memory. */
 static SPOOL__NOINLINE spool_status free_live_slow(spool_pool *p, spool__scache *c,
                                                   spool__buffer *b, cudaStream_t stream,
@@ -614,6 +684,10 @@ static SPOOL__NOINLINE spool_status free_live_slow(spool_pool *p, spool__scache 
   if (s != SPOOL_OK) {
     leave(c, h);
     return s;
+  }
+  if (p->cfg.poison && p->cfg.quarantine) {
+    quarantine_in(p, c, b, stream, site, h, pool_locked);
+    return SPOOL_OK;
   }
   if (front_admits(p, c, b) && to_bin(p, c, b, site)) {
     leave(c, h);
@@ -798,6 +872,7 @@ void spool__cache_sum(spool_pool *p, spool__cache_counters *cc) {
     cc->buffers_in_use += k->buffers_in_use;
     cc->bytes_cached += k->bytes_cached;
     cc->bytes_front += k->bytes_cached;
+    cc->bytes_cached += c->quar_bytes;
     cc->allocs += k->allocs;
     cc->frees += k->frees;
     cc->bytes_allocated += k->bytes_allocated;
@@ -843,6 +918,7 @@ void spool__cache_each_stream(spool_pool *p, void (*fn)(const spool__stream_idle
 
 /* Under the pool's lock: c's front into the heap, counted as a flush. */
 static void flush_front(spool_pool *p, spool__scache *c) {
+  quar_drain(p, c);
   if (!front_spill(p, c, 0, false)) return;
   lock(c);
   c->c.flushes++;
@@ -856,7 +932,7 @@ static bool anything_held(spool_pool *p) {
   bool any = false;
   for (spool__scache *c = p->caches; c && !any; c = c->next) {
     lock(c);
-    any = c->front_blocks > 0;
+    any = c->front_blocks > 0 || c->quar_count > 0;
     unlock(c);
   }
   return any;
@@ -899,6 +975,7 @@ static void destroy_one(spool__scache *c) {
     spool__clear_cuda_error();
   spool__table_free(&c->blocks);
   for (unsigned i = 0; i < SPOOL__CLASSES; i++) free(c->bins[i].ptrs);
+  free(c->quar);
   free(c);
 }
 
@@ -929,7 +1006,10 @@ spool_status spool__cache_destroy(spool_pool *p, bool leaks_freed) {
   pthread_mutex_lock(&p->lock);
   /* No flush first: every chunk goes back below, after one device synchronize; the fronts'
    * blocks only need to be free so that their chunks count as free of leaks. */
-  for (spool__scache *c = p->caches; c; c = c->next) (void)front_spill(p, c, 0, false);
+  for (spool__scache *c = p->caches; c; c = c->next) {
+    quar_drain(p, c);
+    (void)front_spill(p, c, 0, false);
+  }
   if (p->heap.chunks) {
     int saved = 0;
     spool_status hs = spool__device_enter(p->device, &saved, ctx);

@@ -192,6 +192,14 @@ static int spool__idle_parse(const spool__key *key, spool__span v, spool_config 
   return spool__unsigned_parse(key, v, SPOOL__CHUNK_IDLE_MAX, cfg, why, why_len);
 }
 
+/* quarantine: 0 (none) to 65536 freed blocks per stream. */
+#define SPOOL__QUARANTINE_MAX 65536
+
+static int spool__quarantine_parse(const spool__key *key, spool__span v, spool_config *cfg,
+                                   char *why, size_t why_len) {
+  return spool__unsigned_parse(key, v, SPOOL__QUARANTINE_MAX, cfg, why, why_len);
+}
+
 /* fence_every: 1 (a fence per heap operation) to 65536 (practically none). */
 #define SPOOL__FENCE_EVERY_MAX 65536
 
@@ -420,6 +428,9 @@ static const spool__type spool__type_block = {"a size up to 1TiB, such as 64MiB"
 static const spool__type spool__type_idle = {
     "an integer from 0 to " SPOOL__STR(SPOOL__CHUNK_IDLE_MAX), spool__idle_parse,
     spool__uint_format};
+static const spool__type spool__type_quarantine = {
+    "an integer from 0 to " SPOOL__STR(SPOOL__QUARANTINE_MAX), spool__quarantine_parse,
+    spool__uint_format};
 static const spool__type spool__type_fence = {
     "an integer from 1 to " SPOOL__STR(SPOOL__FENCE_EVERY_MAX), spool__fence_parse,
     spool__uint_format};
@@ -461,6 +472,8 @@ static const spool__key spool__keys[] = {
      "retries of an allocation that ran out of memory, after the pool gave back what it could"},
     {"poison", &spool__type_bool, SPOOL__AT(poison), NULL,
      "fill new buffers with 0xA5 and freed ones with 0xDD"},
+    {"quarantine", &spool__type_quarantine, SPOOL__AT(quarantine), NULL,
+     "with poison=on: freed blocks each stream keeps out of reuse"},
     {"cache", &spool__type_bool, SPOOL__AT(cache), NULL,
      "the stream-ordered heap in front of the pool (off: every call goes to the pool)"},
     {"front_limit", &spool__type_size, SPOOL__AT(front_limit), NULL,
@@ -703,6 +716,7 @@ void spool_config_init(spool_config *cfg) {
   cfg->heap_max_block = SPOOL_HEAP_MAX_BLOCK_LIMIT;
   cfg->chunk_idle = SPOOL_CHUNK_IDLE_DEFAULT;
   cfg->fence_every = SPOOL_FENCE_EVERY_DEFAULT;
+  cfg->quarantine = SPOOL_QUARANTINE_DEFAULT;
   cfg->capture_check = true;
   cfg->cache_owner = true;
   cfg->ipc = SPOOL_IPC_NONE; /* issue 6 */
@@ -920,6 +934,9 @@ spool_status spool_config_validate(const spool_config *cfg) {
                        "TiB; larger blocks are better served by the pool itself)",
                        spool__format_size(cfg->heap_max_block, have));
   }
+  if (cfg->quarantine > SPOOL__QUARANTINE_MAX)
+    return spool__fail(SPOOL_ERR_CONFIG, "config: quarantine is %u (expected 0 to %d)",
+                       cfg->quarantine, SPOOL__QUARANTINE_MAX);
   if (cfg->fence_every == 0 || cfg->fence_every > SPOOL__FENCE_EVERY_MAX)
     return spool__fail(SPOOL_ERR_CONFIG, "config: fence_every is %u (expected 1 to %d)",
                        cfg->fence_every, SPOOL__FENCE_EVERY_MAX);

@@ -360,6 +360,11 @@ typedef struct spool__scache {
   uint32_t front_blocks;   /* blocks in the front bins */
   uint64_t spilled_at;     /* tick at the last look for stale front blocks */
   unsigned last_cls;       /* the size class of the stream's last allocation */
+  /* poison=on: freed blocks kept out of reuse, oldest first (a ring), so that a stale read
+   * meets the poison rather than the next owner's data */
+  uintptr_t *quar;
+  uint32_t quar_head, quar_count, quar_cap;
+  uint64_t quar_bytes;
   spool__pending pend;     /* the heap's part, under the pool's lock */
   atomic_bool device_checked; /* the stream is of the pool's device (created streams) */
   struct spool__scache *next; /* the pool's list, under the pool's lock */

@@ -437,7 +437,7 @@ END_TEST
 /* Poisoning fails (an injected cudaMemsetAsync failure): the allocation fails and its block
  * stays cached; the free fails and its buffer stays live; nothing is lost either way. */
 START_TEST(cache_poison_failures_lose_nothing) {
-  spool_pool *p = pool_with("poison=on");
+  spool_pool *p = pool_with("poison=on, quarantine=0");
   cudaStream_t s = test_stream_create();
   void *a = alloc_on(p, 4096, s);
   CK_SPOOL(spool_free(p, a, s));
@@ -545,7 +545,7 @@ START_TEST(cache_leak_report_lists_cached_path_buffers) {
 END_TEST
 
 START_TEST(cache_poison_in_stream_order) {
-  spool_pool *p = pool_with("poison=on");
+  spool_pool *p = pool_with("poison=on, quarantine=0"); /* reuse at once */
   cudaStream_t s = test_stream_create();
   unsigned char host[512];
   void *a = alloc_on(p, sizeof host, s);

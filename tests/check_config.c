@@ -261,6 +261,9 @@ START_TEST(test_key_heap) {
   parse_fails("front_limit=lots", "front_limit", "size", NULL);
   parse_fails("chunk_idle=1000001", "chunk_idle", "0 to 1000000", NULL);
   parse_fails("chunk_idle=-1", "chunk_idle", NULL, NULL);
+  ck_assert_uint_eq(parsed("quarantine=0").quarantine, 0);
+  ck_assert_uint_eq(parsed("quarantine=1000").quarantine, 1000);
+  parse_fails("quarantine=65537", "quarantine", "0 to 65536", NULL);
   ck_assert_uint_eq(parsed("fence_every=64").fence_every, 64);
   ck_assert_uint_eq(parsed("fence_every=1").fence_every, 1);
   parse_fails("fence_every=0", "fence_every", "never let another stream", NULL);
@@ -530,7 +533,7 @@ START_TEST(test_error_unknown_key) {
   parse_fails("poisson=on", "did you mean 'poison'?", NULL, NULL);
   /* nothing close: the message lists the keys */
   parse_fails("colour=blue", "config line 1: unknown key 'colour' (valid keys: device, ",
-              "release_threshold", "oom_retries, poison, cache, front_limit, heap_max_block, "
+              "release_threshold", "oom_retries, poison, quarantine, cache, front_limit, heap_max_block, "
               "chunk_idle, fence_every, capture_check, cache_owner, ipc)");
   parse_fails("dev=1", "unknown key 'dev' (valid keys:", NULL, NULL);
   /* keys are case-sensitive, and a long key is cut in the message */
@@ -1016,6 +1019,7 @@ START_TEST(test_format_defaults) {
                                "report=\"\"\n"
                                "oom_retries=2\n"
                                "poison=off\n"
+                               "quarantine=64\n"
                                "cache=on\n"
                                "front_limit=1048576\n"
                                "heap_max_block=1099511627776\n"
@@ -1120,7 +1124,7 @@ START_TEST(test_format_too_small) {
   spool_config_init(&cfg);
   memset(buf, 'x', sizeof buf);
   ck_assert_int_eq(spool_config_format(&cfg, buf, sizeof buf), SPOOL_ERR_INVALID);
-  ck_assert_ptr_nonnull(strstr(spool_last_error(), "buf has 32 bytes, the text needs 355"));
+  ck_assert_ptr_nonnull(strstr(spool_last_error(), "buf has 32 bytes, the text needs 369"));
   ck_assert_int_eq(buf[0], 'x'); /* untouched on failure */
   ck_assert_int_eq(spool_config_format(&cfg, buf, 0), SPOOL_ERR_INVALID);
 }

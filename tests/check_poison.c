@@ -3,14 +3,15 @@
  *
  * Built twice: check_poison_sim (cudasim, SPOOL_TEST_SIM) and check_poison_gpu (real CUDA). Tests
  * outside `#ifdef SPOOL_TEST_SIM` must hold on a real device too: they never hand the driver a
- * pointer it does not own and never read freed memory. */
+ * pointer it does not own, and read freed memory only where the heap still holds its chunk (the
+ * quarantine test). */
 #include "test_track.h"
 
 /* ---- poisoning ---------------------------------------------------------------------------------- */
 
 START_TEST(poison_new_and_freed) {
   static const size_t sizes[] = {1000, 64 * KiB, 3 * MiB + 7};
-  spool_pool *p = pool_with("poison=on, track=counts");
+  spool_pool *p = pool_with("poison=on, quarantine=0, track=counts"); /* reuse at once */
   cudaStream_t s = test_stream_create();
   for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
     size_t n = sizes[k];
@@ -188,6 +189,41 @@ START_TEST(sim_poisoned_free_fails) {
 END_TEST
 #endif /* SPOOL_TEST_SIM */
 
+/* ---- quarantine ----------------------------------------------------------------------------- */
+
+/* With poisoning, a freed heap block stays out of reuse for the stream's next `quarantine` frees:
+ * a read after the free meets 0xDD, not the next owner's data (the block's chunk stays mapped,
+ * so reading it is a plain copy). A second free of it is a double free. */
+START_TEST(poison_quarantine_keeps_freed_memory_poisoned) {
+  spool_pool *p = pool_with("poison=on, quarantine=8");
+  cudaStream_t s = test_stream_create();
+  void *a = NULL, *b = NULL;
+  CK_SPOOL(spool_alloc(p, &a, 4 * KiB, s));
+  CK_CUDA(cudaMemsetAsync(a, 0x11, 4 * KiB, s));
+  CK_SPOOL(spool_free(p, a, s));
+  CK_SPOOL(spool_alloc(p, &b, 4 * KiB, s)); /* the next owner of 4 KiB: elsewhere */
+  ck_assert_ptr_ne(a, b);
+  CK_CUDA(cudaMemsetAsync(b, 0x22, 4 * KiB, s));
+  check_device_bytes(a, 4 * KiB, 0xDD, s); /* the stale read sees the poison */
+  CK_STATUS(spool_free(p, a, s), SPOOL_ERR_DOUBLE_FREE);
+  ck_assert_uint_ge(test_stats(p).bytes_cached, 4 * KiB); /* idle, not in use */
+  CK_SPOOL(spool_free(p, b, s));
+  /* bounded: after 8 more frees on the stream a is the heap's again */
+  bool reused = false;
+  for (int i = 0; i < 12 && !reused; i++) {
+    void *c = NULL;
+    CK_SPOOL(spool_alloc(p, &c, 4 * KiB, s));
+    reused = c == a;
+    CK_SPOOL(spool_free(p, c, s));
+  }
+  ck_assert(reused);
+  CK_SPOOL(spool_trim(p, 0)); /* the quarantine goes back with the rest */
+  ck_assert_uint_eq(test_stats(p).bytes_heap, 0);
+  test_pool_destroy(p);
+  test_stream_destroy(s);
+}
+END_TEST
+
 /* ---- suite ------------------------------------------------------------------------------------ */
 
 static Suite *poison_suite(void) {
@@ -195,6 +231,7 @@ static Suite *poison_suite(void) {
   TCase *tc = test_tcase("poison");
   tcase_add_test(tc, poison_new_and_freed);
   tcase_add_test(tc, poison_off_by_default);
+  tcase_add_test(tc, poison_quarantine_keeps_freed_memory_poisoned);
 #ifdef SPOOL_TEST_SIM
   tcase_add_test(tc, sim_poison_failures);
   tcase_add_test(tc, sim_poisoned_free_fails);

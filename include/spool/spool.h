@@ -153,8 +153,15 @@ typedef struct spool_config {
   unsigned oom_retries;             /* times an allocation that ran out of memory is retried
                                        after the pool gave back what it could. Default 2. */
   bool poison;                      /* fill new buffers with 0xA5 and freed ones with 0xDD
-                                       (cudaMemsetAsync, in stream order). Default off. Needs
-                                       track=counts or full (the size of a freed buffer). */
+                                       (cudaMemsetAsync, in stream order), and keep freed heap
+                                       blocks out of reuse for a while (quarantine). Default
+                                       off. Needs track=counts or full (the size of a freed
+                                       buffer). */
+  unsigned quarantine;              /* with poison=on: freed blocks each stream keeps out of
+                                       reuse (and at most SPOOL_QUARANTINE_BYTES of them), so
+                                       that a read after the free sees 0xDD instead of the next
+                                       owner's data. 0 to 65536. Default
+                                       SPOOL_QUARANTINE_DEFAULT. */
   bool cache;                       /* the stream-ordered heap in front of the pool: chunks
                                        from the pool, split and merged into blocks, each
                                        stream's freed blocks reused on it without a CUDA call.
@@ -203,6 +210,9 @@ typedef struct spool_config {
  * from 1.14 to 1.15 reserved/live and random on 4 streams from 204 to 264 MiB; every 256, to
  * 1.21 and 296 MiB. */
 #define SPOOL_FENCE_EVERY_DEFAULT 16u
+/* Quarantine: the last 64 freed blocks of a stream, at most 256 MiB of them. */
+#define SPOOL_QUARANTINE_DEFAULT 64u
+#define SPOOL_QUARANTINE_BYTES ((uint64_t)256 << 20)
 
 /* Fills *cfg with the documented defaults above. cfg must not be NULL. Thread safe. */
 SPOOL_EXPORT void spool_config_init(spool_config *cfg);
