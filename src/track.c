@@ -158,10 +158,11 @@ void spool__registry_add(spool_pool *pool) {
 bool spool__registry_remove(spool_pool *pool) {
   bool found = false;
   pthread_mutex_lock(&registry_lock);
-  for (spool_pool **at = &registry_head; *at && !found; at = &(*at)->registry_next) {
+  for (spool_pool **at = &registry_head; *at; at = &(*at)->registry_next) {
     if (*at == pool) {
       *at = pool->registry_next;
       found = true;
+      break;
     }
   }
   pthread_mutex_unlock(&registry_lock);
