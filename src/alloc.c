@@ -13,17 +13,6 @@ static const char FREE[] = "spool_free";
 #define POISON_NEW 0xA5  /* uninitialised reads show as 0xA5A5A5A5 */
 #define POISON_FREED 0xDD /* reads after the free show as 0xDDDDDDDD */
 
-/* ---- words for a buffer ------------------------------------------------------------------- */
-
-/* "0x7f00 (1.00 MiB, allocation #5 on stream 0x1, allocated at a.c:10)" */
-static const char *buffer_text(const spool__buffer *b, char *out, size_t len) {
-  char size[SPOOL__SIZE_TEXT], site[SPOOL__SITE_TEXT];
-  snprintf(out, len, "%p (%s, allocation #%" PRIu64 " on stream %p, allocated at %s)",
-           (void *)b->ptr, spool__format_size(b->size, size), b->seq, (void *)b->stream,
-           spool__site_text(&b->born, site, sizeof site));
-  return out;
-}
-
 /* ---- counters (under the lock) ---------------------------------------------------------- */
 
 static void count_alloc(spool_pool *p, uint64_t size, bool bytes_known) {
@@ -195,71 +184,15 @@ spool_status spool_alloc_tagged(spool_pool *pool, void **ptr, size_t size, cudaS
 
 /* ---- a free that must not reach the driver ------------------------------------------------ */
 
-/* What the pool itself knows of a pointer it refused, read in the same critical section as the
- * failed removal, so that another thread handed the same address meanwhile cannot change the
- * verdict. */
-typedef struct refusal {
-  bool inside, freed;
-  spool__buffer inside_buf; /* the live buffer ptr points into */
-  spool__buffer freed_buf;  /* the recent free of ptr */
-} refusal;
-
-/* Under the pool's lock. */
-static void classify_own(spool_pool *p, uintptr_t ptr, refusal *r) {
+/* Under the pool's lock: what its own table and graveyard know of the refused ptr, read in the
+ * same critical section as the failed removal, so that another thread handed the same address
+ * meanwhile cannot change the verdict. */
+static void classify_own(spool_pool *p, uintptr_t ptr, spool__refusal *r) {
   p->c.bad_frees++;
   const spool__buffer *b = spool__table_containing(&p->live, ptr);
   if (b) r->inside = true, r->inside_buf = *b;
   b = spool__table_find(&p->graves.freed, ptr);
   if (b) r->freed = true, r->freed_buf = *b;
-}
-
-/* "; it was freed already at a.c:20 (allocation #4)", or "" */
-static const char *freed_note(const refusal *r, char *out, size_t len) {
-  char gone[SPOOL__SITE_TEXT];
-  out[0] = '\0';
-  if (r->freed)
-    snprintf(out, len, "; %p was freed already, at %s (allocation #%" PRIu64 ")",
-             (void *)r->freed_buf.ptr, spool__site_text(&r->freed_buf.died, gone, sizeof gone),
-             r->freed_buf.seq);
-  return out;
-}
-
-static spool_status refuse_free(spool_pool *p, void *ptr, const spool__site *site,
-                                const refusal *r) {
-  char buf[512], here[SPOOL__SITE_TEXT], note[SPOOL__SITE_TEXT + 64], gone[SPOOL__SITE_TEXT];
-  uintptr_t u = (uintptr_t)ptr;
-  spool__owner owner;
-  spool__site_text(site, here, sizeof here);
-  freed_note(r, note, sizeof note);
-  /* issue 5: a batch's sub-buffer or a scope's piece is named as such */
-  spool_status named = SPOOL_OK;
-  if (r->inside) named = spool__batch_refusal(ptr, &r->inside_buf, here);
-  if (r->inside && named == SPOOL_OK) named = spool__scope_refusal(ptr, &r->inside_buf, here);
-  if (named != SPOOL_OK) return named;
-  if (r->inside)
-    return spool__fail(SPOOL_ERR_INTERIOR_POINTER,
-                       "%s: %p points %" PRIuPTR " bytes into buffer %s; free the buffer's start "
-                       "(this free at %s)%s; nothing was freed", FREE, ptr, u - r->inside_buf.ptr,
-                       buffer_text(&r->inside_buf, buf, sizeof buf), here, note);
-  if (spool__registry_owner(p, u, &owner)) {
-    uintptr_t into = u - owner.buffer.ptr;
-    return spool__fail(SPOOL_ERR_WRONG_POOL,
-                       "%s: %p belongs to another pool (%p on device %d)%s: buffer %s; free %s "
-                       "through that pool (this free at %s, to pool %p on device %d)%s; nothing "
-                       "was freed", FREE, ptr, owner.pool, owner.device,
-                       into ? ", pointing inside a buffer" : "",
-                       buffer_text(&owner.buffer, buf, sizeof buf),
-                       into ? "the buffer's start" : "it", here, (void *)p, p->device, note);
-  }
-  if (r->freed)
-    return spool__fail(SPOOL_ERR_DOUBLE_FREE,
-                       "%s: %p was already freed: buffer %s, freed at %s; this second free at %s; "
-                       "nothing was freed", FREE, ptr, buffer_text(&r->freed_buf, buf, sizeof buf),
-                       spool__site_text(&r->freed_buf.died, gone, sizeof gone), here);
-  return spool__fail(SPOOL_ERR_UNKNOWN_POINTER,
-                     "%s: %p was never allocated by this pool (%p on device %d), nor by another "
-                     "live spool pool, or was freed too long ago for spool to remember (this "
-                     "free at %s); nothing was freed", FREE, ptr, (void *)p, p->device, here);
 }
 
 /* ---- free ----------------------------------------------------------------------------------- */
@@ -334,13 +267,15 @@ static int free_tracked(spool_pool *pool, void *ptr, cudaStream_t stream, const 
   /* A poisoning memset already queued cannot be taken back: say what the buffer holds now. */
   bool poisoned = pool->cfg.poison && strcmp(api, "cudaFreeAsync") == 0;
   *s = spool__fail_cuda(err, api, "%s: %s on stream %p; it stays allocated%s", FREE,
-                        buffer_text(&b, text, sizeof text), (void *)stream,
+                        spool__buffer_text(&b, text, sizeof text), (void *)stream,
                         poisoned ? ", but its contents are already overwritten with 0xDD" : "");
   return 1;
 }
 
-/* Says why ptr is refused, with what the pool and its caches know of it. */
-static spool_status refuse(spool_pool *pool, void *ptr, const spool__site *site, refusal *r) {
+/* Says why ptr is refused: the facts from the pool's table, its fronts and the other pools,
+ * then the words (refuse.c). */
+static spool_status refuse(spool_pool *pool, void *ptr, const spool__site *site,
+                           spool__refusal *r) {
   pthread_mutex_lock(&pool->lock);
   if (r->freed) pool->c.bad_frees++;
   else classify_own(pool, (uintptr_t)ptr, r);
@@ -348,7 +283,8 @@ static spool_status refuse(spool_pool *pool, void *ptr, const spool__site *site,
   if (!r->inside && pool->cfg.cache)
     r->inside = spool__cache_containing(pool, (uintptr_t)ptr, &r->inside_buf) &&
                 r->inside_buf.ptr != (uintptr_t)ptr; /* at the start: another thread's, just now */
-  return refuse_free(pool, ptr, site, r);
+  if (!r->inside) r->other = spool__registry_owner(pool, (uintptr_t)ptr, &r->owner);
+  return spool__refuse_free(pool, ptr, site, r);
 }
 
 /* Everything a free does that its stream's cache did not settle. Kept out of line so that the
@@ -379,7 +315,7 @@ static SPOOL__NOINLINE spool_status free_slow(spool_pool *pool, void *ptr, cudaS
   if (fr == SPOOL__FREE_PASS && pool->cfg.track == SPOOL_TRACK_OFF &&
       !spool__registry_owner_of_start(pool, (uintptr_t)ptr, &owner))
     return free_untracked(pool, ptr, stream);
-  refusal r = {0};
+  spool__refusal r = {0};
   r.freed = fr == SPOOL__FREE_CACHED;
   if (r.freed) r.freed_buf = *dead;
   return refuse(pool, ptr, site, &r);

@@ -5,7 +5,7 @@
  * site carries the sub-buffer count. The site is copied into the buffer's record by every path
  * (the pool's table, a stream cache's table), so the record knows it is a batch without any
  * change to those paths; a sub-pointer handed to spool_free is not a buffer's start, the free
- * is refused as an interior pointer, and the refusal asks spool__batch_refusal for words. */
+ * is refused as an interior pointer, and refuse.c names it a batch member. */
 #include "internal.h"
 
 #include <inttypes.h>
@@ -102,16 +102,4 @@ spool_status spool_alloc_batch_at(spool_pool *pool, cudaStream_t stream, size_t 
                                   const char *file, int line) {
   spool__site site = {file, NULL, line, 0};
   return alloc_batch(pool, stream, count, sizes, ptrs, alignment, site);
-}
-
-spool_status spool__batch_refusal(const void *ptr, const spool__buffer *b, const char *here) {
-  if (b->born.batch == 0) return SPOOL_OK;
-  char size[SPOOL__SIZE_TEXT], site[SPOOL__SITE_TEXT];
-  return spool__fail(SPOOL_ERR_BATCH_MEMBER,
-                     "spool_free: %p is a sub-buffer (%" PRIuPTR " bytes in) of batch %p (%" PRIu32
-                     " sub-buffers, %s, allocation #%" PRIu64 " on stream %p, allocated at %s); "
-                     "free the whole batch with its first pointer %p (this free at %s); nothing "
-                     "was freed", ptr, (uintptr_t)ptr - b->ptr, (void *)b->ptr, b->born.batch,
-                     spool__format_size(b->size, size), b->seq, (void *)b->stream,
-                     spool__site_text(&b->born, site, sizeof site), (void *)b->ptr, here);
 }

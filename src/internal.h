@@ -631,14 +631,31 @@ spool_status spool__free_site(spool_pool *pool, void *ptr, cudaStream_t stream,
 spool_status spool__free_plain(spool_pool *pool, void *ptr, cudaStream_t stream,
                                const spool__site *site);
 
-/* batch.c / scope.c: for a free refused because ptr points inside the live buffer b: the
- * refusal naming the batch or the scope b is (SPOOL_ERR_BATCH_MEMBER or
- * SPOOL_ERR_INTERIOR_POINTER), or SPOOL_OK when b is neither. here: the free's site, in words. */
+/* ---- refuse.c: the words of a refused free ------------------------------------------------ */
+
+/* What the heap found about a pointer it refused: inside a live buffer, recently freed, or a
+ * buffer of another pool. */
+typedef struct spool__refusal {
+  bool inside, freed, other;
+  spool__buffer inside_buf; /* the live buffer ptr points into */
+  spool__buffer freed_buf;  /* the recent free of ptr */
+  spool__owner owner;       /* the other pool's buffer */
+} spool__refusal;
+
+/* The refusal's status and message, in the order: interior (a batch member or scope memory
+ * named as such), another pool's, a second free, unknown. */
+spool_status spool__refuse_free(const spool_pool *pool, const void *ptr, const spool__site *site,
+                                const spool__refusal *r);
+/* "0x7f00 (1.00 MiB, allocation #5 on stream 0x1, allocated at a.c:10)" */
+const char *spool__buffer_text(const spool__buffer *b, char *out, size_t len);
+/* For a free refused because ptr points inside the live buffer b: the refusal naming the batch
+ * or the scope b is (SPOOL_ERR_BATCH_MEMBER or SPOOL_ERR_INTERIOR_POINTER), or SPOOL_OK when b
+ * is neither. here: the free's site, in words. */
 spool_status spool__batch_refusal(const void *ptr, const spool__buffer *b, const char *here);
 spool_status spool__scope_refusal(const void *ptr, const spool__buffer *b, const char *here);
-
-/* scope.c: the tag of scope chunks, for the leak report and refusals. */
+/* The tag of scope chunks, for the leak report and refusals. */
 extern const char spool__scope_tag[];
+
 /* scope.c: at pool destroy, after the leak sweep: frees the scope objects. */
 void spool__scopes_destroy(spool_pool *pool);
 

@@ -29,7 +29,6 @@
 #include <inttypes.h>
 #include <stdlib.h>
 
-const char spool__scope_tag[] = "spool_scope chunk";
 
 #define SCOPE_LIVE 0x53636F70u /* "Scop" */
 #define SCOPE_DEAD 0x44656164u /* "Dead" */
@@ -324,17 +323,6 @@ spool_status spool_scope_end(spool_scope *sc) {
 }
 
 /* ---- for the rest of the library --------------------------------------------------------- */
-
-spool_status spool__scope_refusal(const void *ptr, const spool__buffer *b, const char *here) {
-  if (b->born.tag != spool__scope_tag) return SPOOL_OK;
-  char size[SPOOL__SIZE_TEXT];
-  return spool__fail(SPOOL_ERR_INTERIOR_POINTER,
-                     "spool_free: %p is memory of a scope (%" PRIuPTR " bytes into its chunk %p "
-                     "of %s on stream %p): scope memory is freed by spool_scope_end, never by "
-                     "spool_free (this free at %s); nothing was freed", ptr,
-                     (uintptr_t)ptr - b->ptr, (void *)b->ptr, spool__format_size(b->size, size),
-                     (void *)b->stream, here);
-}
 
 void spool__scopes_destroy(spool_pool *pool) {
   spool__scopes *ss = atomic_load(&pool->scopes);
