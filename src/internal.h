@@ -605,7 +605,7 @@ void spool__report_multi(spool_pool *pool, FILE *out);
 void spool__report_access(spool_pool *pool, FILE *out);
 void spool__report_ipc(spool_pool *pool, FILE *out);
 
-/* ipc.c. The config's ipc rules (spool_config_validate); the device and platform support for
+/* ipc_rules.c. The config's ipc rules (spool_config_validate); the device and platform support for
  * cfg->ipc, checked before a pool is created (owned: spool creates the cudaMemPool); the handle
  * types of a new pool; the refusals of spool_alloc (imported pool, shareable pool on a capturing
  * stream) and spool_trim (IPC pools never shrink). */
