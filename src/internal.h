@@ -161,6 +161,8 @@ void spool__grave_bury(spool__graveyard *g, const spool__buffer *b);
 void spool__grave_forget(spool__graveyard *g, uintptr_t ptr);
 void spool__grave_free(spool__graveyard *g);
 
+/* ---- registry.c: every live pool ------------------------------------------------------------ */
+
 /* Every live pool, so that a free given to the wrong pool can name the right one. */
 void spool__registry_add(spool_pool *pool);
 /* false when pool was not registered (destroyed already): compares addresses only. */
