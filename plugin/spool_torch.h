@@ -93,6 +93,16 @@ SPOOL_TORCH_API void spool_torch_set_memory_fraction(double fraction, int device
  * failure the config is as it was. Thread safe. text stays the caller's. */
 SPOOL_TORCH_API int spool_torch_configure(const char *text);
 
+/* spool_torch_alloc for callers that cannot take a C++ exception (the CuPy and Numba adapters
+ * of the Python package call it through ctypes, so that every framework in a process shares the
+ * device's one pool): the same pool, limits and counters, but a failure is returned, never
+ * thrown. *out is the buffer (NULL for size 0, and on failure); free it with spool_torch_free
+ * with the same size and device. Returns SPOOL_OK; SPOOL_ERR_INVALID (out NULL, device out of
+ * range); SPOOL_ERR_OOM (spool's out of memory, or the memory-fraction limit); what spool_alloc
+ * or making the pool returned. The message is in spool_torch_last_error(). Thread safe. */
+SPOOL_TORCH_API int spool_torch_try_alloc(void **out, size_t size, int device,
+                                          cudaStream_t stream);
+
 /* Writes device's statistics as one JSON object into buf (len bytes, NUL-terminated): the keys
  * of spool_stats_json (spool_stats's fields, "device", "device_free", "device_total") and the
  * plug-in's own: "torch_bytes_in_use" (bytes PyTorch holds on the device as the plug-in counts
