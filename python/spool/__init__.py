@@ -1,6 +1,6 @@
 """spool, the stream-ordered CUDA allocator, for Python GPU programs.
 
-    pip install .                    # from spool's source tree: builds libspool_torch.so into the package
+    pip install .          # from spool's source tree: libspool_torch.so lands inside the package
 
     import spool.torch; spool.torch.install()              # PyTorch, before the first CUDA tensor
     import spool.cupy;  spool.cupy.install()               # CuPy: cupy.cuda.set_allocator

@@ -121,8 +121,10 @@ class Adapters(unittest.TestCase):
         self.assertIs(spool.numba._numba_memory_manager, spool.numba.SpoolNumbaManager)
 
     def test_import_without_the_framework_names_it(self):
-        for name, words in (("cupy", "spool.cupy needs CuPy"), ("numba", "spool.numba needs Numba")):
-            code = (f"import sys; sys.path.insert(0, {PYTHON_DIR!r}); sys.modules[{name!r}] = None\n"
+        for name, words in (("cupy", "spool.cupy needs CuPy"),
+                            ("numba", "spool.numba needs Numba")):
+            code = (f"import sys; sys.path.insert(0, {PYTHON_DIR!r})\n"
+                    f"sys.modules[{name!r}] = None\n"
                     f"try:\n    import spool.{name}\nexcept ImportError as e:\n    print(e)\n")
             p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                timeout=60)

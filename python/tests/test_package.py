@@ -91,7 +91,8 @@ def main():
             problems.append(f"the library found is {got['lib']}, not the package's own")
         if "no pool on device 0 yet" not in got.get("stats", ""):
             problems.append(f"stats(0) without a pool: {got.get('stats')!r}")
-        for name, words in (("cupy", "spool.cupy needs CuPy"), ("numba", "spool.numba needs Numba")):
+        for name, words in (("cupy", "spool.cupy needs CuPy"),
+                            ("numba", "spool.numba needs Numba")):
             if words not in got.get(name, ""):
                 problems.append(f"import spool.{name} without {name}: {got.get(name)!r}")
         extra = sorted(set(os.listdir(target)) - {"spool", f"spool-{version}.dist-info"})
