@@ -1,5 +1,5 @@
 /* spool as PyTorch's CUDA allocator: the C functions that torch.cuda.memory.CUDAPluggableAllocator
- * calls, and a few that python/spool_torch.py calls through ctypes.
+ * calls, and a few that the Python package (python/spool/) calls through ctypes.
  *
  * The plug-in (libspool_torch.so, built from plugin/ with its own copy of spool, so that it is one
  * file to load by path) keeps one spool pool per device, made at the device's first allocation
@@ -19,7 +19,7 @@
  * spool_torch_last_error().
  *
  * Not installed: a header for the plug-in's sources and its tests. The exported names are what
- * python/spool_torch.py looks up. */
+ * python/spool/ looks up. */
 #ifndef SPOOL_TORCH_H
 #define SPOOL_TORCH_H
 
@@ -84,7 +84,7 @@ SPOOL_TORCH_API void spool_torch_init(int device_count);
  * device out of range, or a failing cudaMemGetInfo. Thread safe. */
 SPOOL_TORCH_API void spool_torch_set_memory_fraction(double fraction, int device);
 
-/* ---- what python/spool_torch.py calls (ctypes) ----------------------------------------------- */
+/* ---- what python/spool/ calls (ctypes) ------------------------------------------------------- */
 
 /* Sets the config of the pools to come: spool's defaults and the plug-in's, then SPOOL_CONF,
  * then text on top (NULL or "": nothing on top), checked with spool_config_validate. Returns
