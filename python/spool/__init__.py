@@ -18,7 +18,8 @@ framework when they are imported (ImportError naming it when it is missing).
 from . import _lib
 from ._lib import LIBRARY, library_path
 
-__all__ = ["stats", "library_path", "LIBRARY", "__version__"]
+# Not __version__: `from spool import *` must work where the library cannot be found.
+__all__ = ["stats", "library_path", "LIBRARY"]
 
 
 def stats(device=0, lib=None):

@@ -56,8 +56,8 @@ def main():
         target = os.path.join(tmp, "site")
         cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-input",
                "--disable-pip-version-check", "--target", target, source]
-        if not isolated:
-            cmd.insert(4, "--no-build-isolation")
+        if not isolated:  # nothing to fetch; and no wheel of each run left in pip's cache
+            cmd[4:4] = ["--no-build-isolation", "--no-cache-dir"]
         print("+", " ".join(cmd), flush=True)
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
         if p.returncode != 0:
