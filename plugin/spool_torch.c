@@ -232,6 +232,15 @@ void *spool_torch_alloc(size_t size, int device, cudaStream_t stream) {
   return NULL;     /* only with a test's thrower */
 }
 
+/* ctypes callers (spool.cupy, spool.numba) cannot catch a C++ exception: it would end the
+ * process. Same path as spool_torch_alloc, with the status returned instead of thrown. */
+int spool_torch_try_alloc(void **out, size_t size, int device, cudaStream_t stream) {
+  if (!out) return failf(SPOOL_ERR_INVALID, "spool_torch_try_alloc: out is NULL");
+  *out = NULL;
+  if (size == 0) return SPOOL_OK;
+  return alloc_on(size, device, stream, out);
+}
+
 static spool_status free_on(void *ptr, size_t size, int device, cudaStream_t stream) {
   static const char ctx[] = "spool_torch_free";
   spool_status s = check_device(device, ctx);

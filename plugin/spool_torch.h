@@ -1,5 +1,5 @@
 /* spool as PyTorch's CUDA allocator: the C functions that torch.cuda.memory.CUDAPluggableAllocator
- * calls, and a few that python/spool_torch.py calls through ctypes.
+ * calls, and a few that the Python package (python/spool/) calls through ctypes.
  *
  * The plug-in (libspool_torch.so, built from plugin/ with its own copy of spool, so that it is one
  * file to load by path) keeps one spool pool per device, made at the device's first allocation
@@ -19,7 +19,7 @@
  * spool_torch_last_error().
  *
  * Not installed: a header for the plug-in's sources and its tests. The exported names are what
- * python/spool_torch.py looks up. */
+ * python/spool/ looks up. */
 #ifndef SPOOL_TORCH_H
 #define SPOOL_TORCH_H
 
@@ -84,7 +84,7 @@ SPOOL_TORCH_API void spool_torch_init(int device_count);
  * device out of range, or a failing cudaMemGetInfo. Thread safe. */
 SPOOL_TORCH_API void spool_torch_set_memory_fraction(double fraction, int device);
 
-/* ---- what python/spool_torch.py calls (ctypes) ----------------------------------------------- */
+/* ---- what python/spool/ calls (ctypes) ------------------------------------------------------- */
 
 /* Sets the config of the pools to come: spool's defaults and the plug-in's, then SPOOL_CONF,
  * then text on top (NULL or "": nothing on top), checked with spool_config_validate. Returns
@@ -92,6 +92,16 @@ SPOOL_TORCH_API void spool_torch_set_memory_fraction(double fraction, int device
  * SPOOL_ERR_INVALID (a pool has been made already: the config can no longer change). On
  * failure the config is as it was. Thread safe. text stays the caller's. */
 SPOOL_TORCH_API int spool_torch_configure(const char *text);
+
+/* spool_torch_alloc for callers that cannot take a C++ exception (the CuPy and Numba adapters
+ * of the Python package call it through ctypes, so that every framework in a process shares the
+ * device's one pool): the same pool, limits and counters, but a failure is returned, never
+ * thrown. *out is the buffer (NULL for size 0, and on failure); free it with spool_torch_free
+ * with the same size and device. Returns SPOOL_OK; SPOOL_ERR_INVALID (out NULL, device out of
+ * range); SPOOL_ERR_OOM (spool's out of memory, or the memory-fraction limit); what spool_alloc
+ * or making the pool returned. The message is in spool_torch_last_error(). Thread safe. */
+SPOOL_TORCH_API int spool_torch_try_alloc(void **out, size_t size, int device,
+                                          cudaStream_t stream);
 
 /* Writes device's statistics as one JSON object into buf (len bytes, NUL-terminated): the keys
  * of spool_stats_json (spool_stats's fields, "device", "device_free", "device_total") and the

@@ -256,6 +256,30 @@ START_TEST(oom_throws_spool_message) {
 }
 END_TEST
 
+/* The ctypes entry: the same pool and counters, failures returned and nothing thrown. */
+START_TEST(try_alloc_returns_status) {
+  ck_assert_int_eq(spool_torch_configure("max_size=64MiB, cache=off"), SPOOL_OK);
+  cudaStream_t s = test_stream_create();
+  void *a = (void *)1;
+  ck_assert_int_eq(spool_torch_try_alloc(&a, 0, 0, s), SPOOL_OK);
+  ck_assert_ptr_null(a);
+  ck_assert_int_eq(spool_torch_try_alloc(&a, 32 * MiB, 0, s), SPOOL_OK);
+  ck_assert_ptr_nonnull(a);
+  void *b = (void *)1;
+  ck_assert_int_eq(spool_torch_try_alloc(&b, 128 * MiB, 0, s), SPOOL_ERR_OOM);
+  ck_assert_ptr_null(b);
+  CK_TORCH_ERROR_HAS("spool_alloc: out of device memory: asked 128.00 MiB");
+  ck_assert_int_eq(spool_torch_try_alloc(&b, 64, -1, s), SPOOL_ERR_INVALID);
+  CK_TORCH_ERROR_HAS("device -1");
+  ck_assert_int_eq(spool_torch_try_alloc(NULL, 64, 0, s), SPOOL_ERR_INVALID);
+  ck_assert_uint_eq(stat_of(0, "torch_bytes_in_use"), 32 * MiB);
+  spool_torch_free(a, 32 * MiB, 0, s);
+  ck_assert_uint_eq(stat_of(0, "torch_bytes_in_use"), 0);
+  test_stream_destroy(s);
+  torch_end(); /* and nothing was thrown */
+}
+END_TEST
+
 /* The device's total memory, as the plug-in reads it. */
 static uint64_t device_total(int device) {
   size_t free_b = 0, total_b = 0;
@@ -561,6 +585,7 @@ static Suite *torch_suite(void) {
   suite_add_tcase(s, tc);
   tc = torch_tcase("oom");
   tcase_add_test(tc, oom_throws_spool_message);
+  tcase_add_test(tc, try_alloc_returns_status);
   tcase_add_test(tc, memory_fraction_limits_tensors);
   tcase_add_test(tc, memory_fraction_arguments);
   suite_add_tcase(s, tc);

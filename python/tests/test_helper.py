@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""python/spool_torch.py without PyTorch or a GPU (ctest torch_helper, label cpu): it imports
+"""spool.torch, through its old name python/spool_torch.py (an alias kept for one release),
+without PyTorch or a GPU (ctest torch_helper, label cpu): it imports
 without torch, finds the library (SPOOL_TORCH_LIB, lib=, next to the module), loads it, sees only
 the plug-in's exports, passes config errors on as ValueError with spool's message, and says why
 stats() has nothing yet. install() runs against a stand-in `torch` module (FAKE_TORCH below) that
@@ -63,8 +64,9 @@ cuda = _Cuda()
 
 def run_python(code, env):
     """Runs code in a fresh interpreter; returns (exit code, stdout + stderr)."""
-    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                       timeout=60)
+    # spool_torch's DeprecationWarning (the old name) would be in the output: test_alias has it.
+    p = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-c", code], env=env,
+                       capture_output=True, text=True, timeout=60)
     return p.returncode, p.stdout + p.stderr
 
 
@@ -97,8 +99,12 @@ class Helper(unittest.TestCase):
         self.assertIn("/nonexistent/libspool_torch.so (SPOOL_TORCH_LIB)", out)
 
     def test_library_next_to_the_module(self):
+        # CMake's install layout (spool_torch.py and spool/ side by side, the library next to
+        # them), then a wheel's (the library inside the package), which comes first.
         with tempfile.TemporaryDirectory() as d:
             shutil.copy(os.path.join(PYTHON_DIR, "spool_torch.py"), d)
+            shutil.copytree(os.path.join(PYTHON_DIR, "spool"), os.path.join(d, "spool"),
+                            ignore=shutil.ignore_patterns("__pycache__"))
             os.symlink(os.path.abspath(LIB), os.path.join(d, spool_torch.LIBRARY))
             env = {k: v for k, v in os.environ.items() if k != "SPOOL_TORCH_LIB"}
             code = f"import sys; sys.path.insert(0, {d!r}); import spool_torch; " \
@@ -106,13 +112,33 @@ class Helper(unittest.TestCase):
             rc, out = run_python(code, env)
             self.assertEqual(rc, 0, out)
             self.assertEqual(out.strip(), os.path.join(d, spool_torch.LIBRARY))
+            inside = os.path.join(d, "spool", spool_torch.LIBRARY)
+            os.symlink(os.path.abspath(LIB), inside)
+            rc, out = run_python(code, env)
+            self.assertEqual(rc, 0, out)
+            self.assertEqual(out.strip(), inside)
+
+    def test_alias_is_spool_torch(self):
+        code = f"import sys, warnings; sys.path.insert(0, {PYTHON_DIR!r})\n" \
+               "with warnings.catch_warnings(record=True) as w:\n" \
+               "    warnings.simplefilter('always')\n" \
+               "    import spool_torch\n" \
+               "import spool, spool.torch\n" \
+               "print(spool_torch is spool.torch, spool_torch.install is spool.torch.install)\n" \
+               "print([str(x.message) for x in w if x.category is DeprecationWarning])\n"
+        rc, out = run_python(code, dict(os.environ))
+        self.assertEqual(rc, 0, out)
+        lines = out.splitlines()
+        self.assertEqual(lines[0], "True True")
+        self.assertIn("spool_torch is now spool.torch", lines[1])
 
     def test_exports_only_the_plugin(self):
         cdll = ctypes.CDLL(LIB)
         for name in ("spool_torch_alloc", "spool_torch_free", "spool_torch_record_stream",
                      "spool_torch_empty_cache", "spool_torch_init",
                      "spool_torch_set_memory_fraction", "spool_torch_configure",
-                     "spool_torch_stats_json", "spool_torch_last_error", "spool_torch_version"):
+                     "spool_torch_stats_json", "spool_torch_last_error", "spool_torch_version",
+                     "spool_torch_try_alloc"):
             self.assertTrue(hasattr(cdll, name), name)
         for name in ("spool_alloc", "spool_pool_create", "spool__torch_throw",
                      "spool__torch_forget"):
@@ -209,7 +235,7 @@ class Helper(unittest.TestCase):
             pass
         else:
             self.skipTest("torch is installed here (the GPU tests cover install)")
-        with self.assertRaisesRegex(ImportError, r"spool_torch.install\(\) needs PyTorch"):
+        with self.assertRaisesRegex(ImportError, r"spool.torch.install\(\) needs PyTorch"):
             spool_torch.install()
 
 

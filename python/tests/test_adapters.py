@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""spool.cupy and spool.numba without CuPy, Numba or a GPU (ctest python_adapters, label cpu).
+
+They run against stand-ins for the parts of CuPy and Numba they use (written to a temporary
+folder first on sys.path, so a real CuPy or Numba here is not used): what they hand the
+framework, that a failed allocation comes back as a Python exception with spool's message (the
+plug-in's status-returning entry: a C++ exception through ctypes would end this process), and
+that importing them without the framework names it. A GPU with the real frameworks is not
+covered here. Needs SPOOL_TORCH_LIB (ctest sets it to the built library).
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import types
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYTHON_DIR = os.path.dirname(HERE)
+
+FAKE_CUPY = """
+import types
+class _Stream:
+    ptr = 0
+class UnownedMemory:
+    def __init__(self, ptr, size, owner, device_id=-1):
+        self.ptr, self.size, self.owner, self.device_id = ptr, size, owner, device_id
+class MemoryPointer:
+    def __init__(self, mem, offset):
+        self.mem, self.ptr = mem, mem.ptr + offset
+class OutOfMemoryError(MemoryError):
+    def __init__(self, size, total, limit=0):
+        super().__init__(f"Out of memory allocating {size:,} bytes")
+allocators = []
+cuda = types.SimpleNamespace(
+    get_current_stream=lambda: _Stream(), set_allocator=allocators.append,
+    UnownedMemory=UnownedMemory, MemoryPointer=MemoryPointer,
+    runtime=types.SimpleNamespace(getDevice=lambda: 0),
+    memory=types.SimpleNamespace(OutOfMemoryError=OutOfMemoryError))
+"""
+
+FAKE_NUMBA_CUDA = """
+import collections
+MemoryInfo = collections.namedtuple("MemoryInfo", "free total")
+managers = []
+set_memory_manager = managers.append
+class _Pending:
+    cleared = 0
+    def clear(self):
+        self.cleared += 1
+class HostOnlyCUDAMemoryManager:
+    def __init__(self, context):
+        self.context, self.allocations, self.deallocations = context, {}, _Pending()
+class MemoryPointer:
+    def __init__(self, context, pointer, size, owner=None, finalizer=None):
+        self.context, self.pointer, self.size, self.finalizer = context, pointer, size, finalizer
+"""
+
+
+def write(root, path, text):
+    path = os.path.join(root, path)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+
+
+class Adapters(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        lib = os.environ.get("SPOOL_TORCH_LIB", "")
+        if not os.path.isfile(lib):  # never a silent pass
+            raise SystemExit(f"SPOOL_TORCH_LIB={lib!r} does not name the built library")
+        cls.tmp = tempfile.TemporaryDirectory()
+        write(cls.tmp.name, "cupy/__init__.py", FAKE_CUPY)
+        write(cls.tmp.name, "numba/__init__.py", "")
+        write(cls.tmp.name, "numba/cuda/__init__.py", FAKE_NUMBA_CUDA)
+        write(cls.tmp.name, "numba/cuda/cudadrv/__init__.py", "")
+        write(cls.tmp.name, "numba/cuda/cudadrv/driver.py", "USE_NV_BINDING = False\n")
+        sys.path[:0] = [cls.tmp.name, PYTHON_DIR]
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_cupy_allocator(self):
+        import cupy
+        import spool.cupy
+        p = spool.cupy.allocator(0)  # an empty array: nothing allocated, nothing to free
+        self.assertEqual((p.ptr, p.mem.size, p.mem.owner, p.mem.device_id), (0, 0, None, 0))
+        # No GPU here: the pool cannot be made, and that is an exception, not an abort.
+        with self.assertRaisesRegex(RuntimeError, "spool"):
+            spool.cupy.allocator(1 << 20)
+        self.assertEqual(spool.cupy.install(), spool.library_path())
+        self.assertEqual(cupy.allocators, [spool.cupy.allocator])
+
+    def test_cupy_out_of_memory_is_cupys(self):
+        import cupy
+        import spool.cupy
+        e = spool.cupy._out_of_memory(1 << 30, "spool_alloc: out of device memory: asked 1 GiB")
+        self.assertIsInstance(e, cupy.cuda.memory.OutOfMemoryError)
+        self.assertEqual(str(e), "spool_alloc: out of device memory: asked 1 GiB")
+
+    def test_numba_manager(self):
+        from numba import cuda
+        import spool.numba
+        context = types.SimpleNamespace(device=types.SimpleNamespace(id=0))
+        m = spool.numba.SpoolNumbaManager(context=context)
+        m.initialize()
+        self.assertEqual(m.interface_version, 1)
+        p = m.memalloc(0)
+        self.assertEqual((p.size, p.pointer.value, p.finalizer), (0, 0, None))
+        with self.assertRaisesRegex(RuntimeError, "spool"):
+            m.memalloc(1 << 20)
+        self.assertEqual(m.allocations, {})
+        with self.assertRaisesRegex(NotImplementedError, "spool_pool_export"):
+            m.get_ipc_handle(p)
+        with self.assertRaisesRegex(NotImplementedError, "no pool on device 0 yet"):
+            m.get_memory_info()
+        self.assertEqual(spool.numba.install(), spool.library_path())
+        self.assertEqual(cuda.managers, [spool.numba.SpoolNumbaManager])
+        self.assertIs(spool.numba._numba_memory_manager, spool.numba.SpoolNumbaManager)
+
+    def test_import_without_the_framework_names_it(self):
+        for name, words in (("cupy", "spool.cupy needs CuPy"),
+                            ("numba", "spool.numba needs Numba")):
+            code = (f"import sys; sys.path.insert(0, {PYTHON_DIR!r})\n"
+                    f"sys.modules[{name!r}] = None\n"
+                    f"try:\n    import spool.{name}\nexcept ImportError as e:\n    print(e)\n")
+            p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                               timeout=60)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn(words, p.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
