@@ -375,16 +375,19 @@ SPOOL_EXPORT spool_status spool_free_at(spool_pool *pool, void *ptr, cudaStream_
                                         const char *file, int line);
 #define SPOOL_FREE(pool, ptr, stream) spool_free_at((pool), (ptr), (stream), __FILE__, __LINE__)
 
-/* Gives the blocks cached for stream back to the pool and forgets the stream's fence event.
- * Call it before destroying a stream that was given to spool: CUDA may hand the same handle
- * to a new stream, which must not inherit blocks the old one may still be using, and the
- * blocks would otherwise stay cached. Live buffers allocated on stream stay valid (free them
- * on any live stream). Using stream with the pool again afterwards is allowed: it starts with
- * an empty cache. A stream spool never saw: SPOOL_OK, nothing done.
+/* Puts the stream's front into the heap, waits for the stream (cudaStreamSynchronize), makes
+ * every range it freed reusable by all streams, and gives every all-free chunk of the heap back
+ * to the pool on stream. Call it before destroying a stream that was given to spool: CUDA may
+ * hand the same handle to a new stream, which must not inherit blocks the old one may still be
+ * using, and what the stream freed would otherwise wait for its next fence. Live buffers
+ * allocated on stream stay valid (free them on any live stream). Using stream with the pool
+ * again afterwards is allowed: it starts with an empty front. A stream spool never saw:
+ * SPOOL_OK, nothing done.
  * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool NULL, or stream being captured into a graph);
- * SPOOL_ERR_CUDA (CUDA refused to free on stream: the message asks whether it was destroyed
- * already; the blocks stay cached and go back at spool_pool_destroy after a device
- * synchronize). Thread safe, but no other thread may use stream with the pool meanwhile. */
+ * SPOOL_ERR_CUDA (CUDA refused to synchronize or free on stream: the message asks whether it
+ * was destroyed already; what it freed stays in the heap and goes back at spool_trim or
+ * spool_pool_destroy after a device synchronize). Thread safe, but no other thread may use
+ * stream with the pool meanwhile. */
 SPOOL_EXPORT spool_status spool_stream_release(spool_pool *pool, cudaStream_t stream);
 
 /* Called when an allocation still fails after the pool gave back what it could and retried
