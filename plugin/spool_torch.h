@@ -4,8 +4,9 @@
  * The plug-in (libspool_torch.so, built from plugin/ with its own copy of spool, so that it is one
  * file to load by path) keeps one spool pool per device, made at the device's first allocation
  * from spool's defaults, then the plug-in's (chunk_idle=1000000: free heap chunks wait for
- * empty_cache or an out-of-memory, as PyTorch's own segments do), then SPOOL_CONF, then the text given to spool_torch_configure (the
- * config's `device` is ignored: each pool gets its own device). Tensors are spool buffers:
+ * empty_cache or an out-of-memory, as PyTorch's own segments do), then SPOOL_CONF, then the
+ * text given to spool_torch_configure (the config's `device` is ignored: each pool gets its
+ * own device). Tensors are spool buffers:
  * allocated and freed in stream order on the stream PyTorch names, so spool's stream caches,
  * out-of-memory policy, cross-stream hand-off and statistics work for PyTorch as they do for C.
  *

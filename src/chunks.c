@@ -19,9 +19,9 @@
  *
  * Three bands keep small requests out of big chunks (a 512 B block left in a 32 MiB chunk would
  * pin it): up to 1 MiB in 2 MiB chunks, up to 32 MiB in 32 MiB chunks, larger ones in a chunk of
- * their own (rounded to 2 MiB). A chunk whose blocks are all free and shared goes back to the pool once it has
- * stayed so for chunk_idle heap allocations, and at trim, out of memory, stream release and
- * destroy. The pool stays the only source of device memory.
+ * their own (rounded to 2 MiB). A chunk whose blocks are all free and shared goes back to the
+ * pool once it has stayed so for chunk_idle heap allocations, and at trim, out of memory, stream
+ * release and destroy. The pool stays the only source of device memory.
  *
  * Everything here runs under the pool's lock. */
 #include "internal.h"
