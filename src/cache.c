@@ -374,14 +374,21 @@ static spool_status hit_poisoned(spool_pool *p, spool__scache *c, spool__buffer 
   return s;
 }
 
+/* Under the pool's lock: the record b of a freed block, out of every table, is remembered as
+ * freed (for double-free messages) and its block goes into the heap, pending on c's stream:
+ * every way a block leaves a stream's keeping ends here. */
+static void bury_into_heap(spool_pool *p, spool__scache *c, const spool__buffer *b) {
+  spool__grave_bury(&p->graves, b);
+  spool__heap_release(p, &c->pend, b->blk);
+}
+
 /* Under c's lock and the pool's: the front block u (its bin entry is the caller's to drop) goes
  * into the heap, pending on c's stream, and is remembered as freed (for double-free messages). */
 static void spill_one(spool_pool *p, spool__scache *c, uintptr_t u) {
   spool__buffer b;
   spool__table_remove(&c->blocks, u, &b);
   c->c.bytes_cached -= b.bytes;
-  spool__grave_bury(&p->graves, &b);
-  spool__heap_release(p, &c->pend, b.blk);
+  bury_into_heap(p, c, &b);
 }
 
 /* Under the pool's lock: the blocks of c's front that the stream has not taken back within its
@@ -589,8 +596,7 @@ static void to_heap(spool_pool *p, spool__scache *c, spool__buffer *b, cudaStrea
   count_free(p, c, gone.size);
   leave(c, h);
   if (!pool_locked) pthread_mutex_lock(&p->lock);
-  spool__grave_bury(&p->graves, &gone);
-  spool__heap_release(p, &c->pend, gone.blk);
+  bury_into_heap(p, c, &gone);
   spool__heap_stream_op(p, &c->pend, stream);
   if (!pool_locked) pthread_mutex_unlock(&p->lock);
 }
@@ -622,9 +628,7 @@ static uintptr_t quar_pop(spool__scache *c) {
 /* Under the pool's lock and c's: the quarantined block u goes into the heap. */
 static void quar_release_locked(spool_pool *p, spool__scache *c, uintptr_t u) {
   spool__buffer gone;
-  if (!spool__table_remove(&c->blocks, u, &gone)) return;
-  spool__grave_bury(&p->graves, &gone);
-  spool__heap_release(p, &c->pend, gone.blk);
+  if (spool__table_remove(&c->blocks, u, &gone)) bury_into_heap(p, c, &gone);
 }
 
 /* Under the pool's lock: everything c keeps in quarantine goes into the heap. */
@@ -794,8 +798,7 @@ spool__free_result spool__cache_free_moved(spool_pool *p, void *ptr, cudaStream_
       c->c.frees++;
       unlock(c);
       b.died = *site;
-      spool__grave_bury(&p->graves, &b);
-      spool__heap_release(p, &c->pend, b.blk);
+      bury_into_heap(p, c, &b);
       *s = SPOOL_OK;
     }
   }

@@ -451,11 +451,29 @@ spool_status spool__heap_destroy(spool_pool *p, cudaStream_t stream, spool__give
 
 /* ---- figures ------------------------------------------------------------------------------ */
 
+/* The largest range of x: in its highest non-empty class, found by the bitmap. */
+static uint64_t bins_largest(const spool__bins *x) {
+  for (unsigned w = SPOOL__BIN_WORDS; w-- > 0;) {
+    if (!x->map[w]) continue;
+    unsigned c = w * 64 + 63u - (unsigned)__builtin_clzll(x->map[w]);
+    uint64_t most = 0;
+    for (const spool__block *b = x->head[c]; b; b = b->fnext)
+      if (b->bytes > most) most = b->bytes;
+    return most;
+  }
+  return 0;
+}
+
 uint64_t spool__heap_largest_free(const spool_pool *p) {
   uint64_t most = 0;
-  for (const spool__chunk *c = p->heap.chunks; c; c = c->next)
-    for (const spool__block *b = c->first; b; b = b->next)
-      if (b->state == SPOOL__BLOCK_FREE && b->bytes > most) most = b->bytes;
+  for (unsigned band = 0; band < SPOOL__BANDS; band++) {
+    uint64_t n = bins_largest(&p->heap.shared[band]);
+    most = n > most ? n : most;
+    for (const spool__scache *c = p->caches; c; c = c->next) {
+      n = bins_largest(&c->pend.bins[band]);
+      most = n > most ? n : most;
+    }
+  }
   return most;
 }
 

@@ -102,6 +102,7 @@ typedef struct spool__type {
   int (*parse)(const spool__key *key, spool__span v, spool_config *cfg, char *why, size_t why_len);
   /* Writes the field as text that parse reads back to the same value. */
   void (*format)(const spool__key *key, const spool_config *cfg, spool__writer *w);
+  unsigned long max; /* counts (spool__count_parse): the largest value */
 } spool__type;
 
 struct spool__key {
@@ -168,44 +169,28 @@ static void spool__int_format(const spool__key *key, const spool_config *cfg, sp
 #define SPOOL__STR2(x) #x
 #define SPOOL__STR(x) SPOOL__STR2(x)
 
-/* An unsigned field from a count of at most max. */
-static int spool__unsigned_parse(const spool__key *key, spool__span v, unsigned long max,
-                                 spool_config *cfg, char *why, size_t why_len) {
+/* An unsigned field from a count of at most the type's max. */
+static int spool__count_parse(const spool__key *key, spool__span v, spool_config *cfg,
+                              char *why, size_t why_len) {
   unsigned long x;
   unsigned u;
-  if (spool__parse_count(v, max, &x, why, why_len) != 0) return -1;
+  if (spool__parse_count(v, key->type->max, &x, why, why_len) != 0) return -1;
   u = (unsigned)x;
   memcpy(spool__field(key, cfg), &u, sizeof u);
   return 0;
 }
 
-static int spool__retries_parse(const spool__key *key, spool__span v, spool_config *cfg,
-                                char *why, size_t why_len) {
-  return spool__unsigned_parse(key, v, SPOOL__OOM_RETRIES_MAX, cfg, why, why_len);
-}
-
 /* chunk_idle: a count of heap allocations; a million is far past any useful wait. */
 #define SPOOL__CHUNK_IDLE_MAX 1000000
-
-static int spool__idle_parse(const spool__key *key, spool__span v, spool_config *cfg,
-                             char *why, size_t why_len) {
-  return spool__unsigned_parse(key, v, SPOOL__CHUNK_IDLE_MAX, cfg, why, why_len);
-}
-
 /* quarantine: 0 (none) to 65536 freed blocks per stream. */
 #define SPOOL__QUARANTINE_MAX 65536
-
-static int spool__quarantine_parse(const spool__key *key, spool__span v, spool_config *cfg,
-                                   char *why, size_t why_len) {
-  return spool__unsigned_parse(key, v, SPOOL__QUARANTINE_MAX, cfg, why, why_len);
-}
 
 /* fence_every: 1 (a fence per heap operation) to 65536 (practically none). */
 #define SPOOL__FENCE_EVERY_MAX 65536
 
 static int spool__fence_parse(const spool__key *key, spool__span v, spool_config *cfg,
                               char *why, size_t why_len) {
-  if (spool__unsigned_parse(key, v, SPOOL__FENCE_EVERY_MAX, cfg, why, why_len) != 0) return -1;
+  if (spool__count_parse(key, v, cfg, why, why_len) != 0) return -1;
   unsigned u;
   memcpy(&u, spool__field(key, cfg), sizeof u);
   if (u != 0) return 0;
@@ -412,31 +397,31 @@ static void spool__peers_format(const spool__key *key, const spool_config *cfg,
 }
 
 static const spool__type spool__type_int = {"an integer >= 0", spool__int_parse,
-                                            spool__int_format};
+                                            spool__int_format, 0};
 static const spool__type spool__type_size = {"a size such as 512MiB, 4GiB, 1.5G or max",
-                                             spool__size_parse, spool__size_format};
+                                             spool__size_parse, spool__size_format, 0};
 static const spool__type spool__type_bool = {"on, off, true, false, 1 or 0", spool__bool_parse,
-                                             spool__bool_format};
-static const spool__type spool__type_choice = {NULL, spool__choice_parse, spool__choice_format};
+                                             spool__bool_format, 0};
+static const spool__type spool__type_choice = {NULL, spool__choice_parse, spool__choice_format, 0};
 static const spool__type spool__type_peers = {"a list of device ordinals such as [1,2], [] or 1",
-                                              spool__peers_parse, spool__peers_format};
+                                              spool__peers_parse, spool__peers_format, 0};
 static const spool__type spool__type_retries = {
-    "an integer from 0 to " SPOOL__STR(SPOOL__OOM_RETRIES_MAX), spool__retries_parse,
-    spool__uint_format};
+    "an integer from 0 to " SPOOL__STR(SPOOL__OOM_RETRIES_MAX), spool__count_parse,
+    spool__uint_format, SPOOL__OOM_RETRIES_MAX};
 static const spool__type spool__type_block = {"a size up to 1TiB, such as 64MiB",
-                                              spool__block_parse, spool__size_format};
+                                              spool__block_parse, spool__size_format, 0};
 static const spool__type spool__type_idle = {
-    "an integer from 0 to " SPOOL__STR(SPOOL__CHUNK_IDLE_MAX), spool__idle_parse,
-    spool__uint_format};
+    "an integer from 0 to " SPOOL__STR(SPOOL__CHUNK_IDLE_MAX), spool__count_parse,
+    spool__uint_format, SPOOL__CHUNK_IDLE_MAX};
 static const spool__type spool__type_quarantine = {
-    "an integer from 0 to " SPOOL__STR(SPOOL__QUARANTINE_MAX), spool__quarantine_parse,
-    spool__uint_format};
+    "an integer from 0 to " SPOOL__STR(SPOOL__QUARANTINE_MAX), spool__count_parse,
+    spool__uint_format, SPOOL__QUARANTINE_MAX};
 static const spool__type spool__type_fence = {
     "an integer from 1 to " SPOOL__STR(SPOOL__FENCE_EVERY_MAX), spool__fence_parse,
-    spool__uint_format};
+    spool__uint_format, SPOOL__FENCE_EVERY_MAX};
 static const spool__type spool__type_path = {
     "a file path or \"\" (in double quotes if it has ',' or '#')",
-    spool__string_parse, spool__string_format};
+    spool__string_parse, spool__string_format, 0};
 
 /* ---- the keys ------------------------------------------------------------------------------- */
 

@@ -228,16 +228,17 @@ SPOOL_EXPORT void spool_config_init(spool_config *cfg);
  * It allocates nothing. On failure *cfg is unchanged. Thread safe for distinct cfg. */
 SPOOL_EXPORT spool_status spool_config_parse(spool_config *cfg, const char *text);
 
-/* spool_config_parse on the contents of the file at path; messages name the path and line.
- * Returns what spool_config_parse returns, SPOOL_ERR_IO when the file cannot be read (the
- * message gives the path and the system's reason) and SPOOL_ERR_HOST_OOM. On failure *cfg is
- * unchanged. Thread safe for distinct cfg. */
+/* spool_config_parse on the contents of the file at path; messages name the path and line. A
+ * UTF-8 mark at the start is skipped. Returns what spool_config_parse returns (SPOOL_ERR_CONFIG
+ * also for a NUL byte, with its line, and for a file over 1 MiB, which is read no further),
+ * SPOOL_ERR_IO when the file cannot be read (the message gives the path and the system's
+ * reason) and SPOOL_ERR_HOST_OOM. On failure *cfg is unchanged. Thread safe for distinct cfg. */
 SPOOL_EXPORT spool_status spool_config_load(spool_config *cfg, const char *path);
 
 /* spool_config_parse on the environment variable SPOOL_CONF, if it is set (unset or empty:
- * SPOOL_OK, *cfg unchanged). Messages name SPOOL_CONF and the line. Returns what
- * spool_config_parse returns. Thread safe for distinct cfg, as long as no thread changes the
- * environment meanwhile. */
+ * SPOOL_OK, *cfg unchanged); a UTF-8 mark at its start is skipped, as in files. Messages name
+ * SPOOL_CONF and the line. Returns what spool_config_parse returns. Thread safe for distinct
+ * cfg, as long as no thread changes the environment meanwhile. */
 SPOOL_EXPORT spool_status spool_config_from_env(spool_config *cfg);
 
 /* Checks the settings against each other without touching CUDA (reserve within
@@ -425,8 +426,10 @@ SPOOL_EXPORT spool_status spool_trim(spool_pool *pool, size_t keep_bytes);
  * and nothing is allocated. The batch counts as one buffer of the sum of the padded sizes in
  * spool_stats, and the leak report lists it as "batch of <count>".
  * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool, sizes or ptrs NULL, count 0 or above UINT32_MAX,
- * alignment not a power of two up to 256, the total overflows); otherwise what spool_alloc
- * returns. On failure ptrs[0..count) are NULL and nothing is allocated. Thread safe. sizes is
+ * alignment not a power of two up to 256, the total overflows, sizes and ptrs overlapping:
+ * then ptrs, which is sizes too, is left as it was); otherwise what spool_alloc returns. On
+ * failure ptrs[0..count) are NULL and nothing is allocated. A trailing sub-buffer of no bytes
+ * points inside the batch (one byte is added for it). Thread safe. sizes is
  * read during the call only; the caller owns the batch and frees it with spool_free. */
 SPOOL_EXPORT spool_status spool_alloc_batch(spool_pool *pool, cudaStream_t stream, size_t count,
                                             const size_t *sizes, void **ptrs, size_t alignment);
