@@ -302,7 +302,6 @@ static bool fence_done(spool__heap *h, spool__pending *own) {
     return false;
   }
   own->fence_pending = false;
-  h->fences_passed++;
   publish(h, own, own->fence_tick);
   return true;
 }
@@ -489,8 +488,7 @@ uint64_t spool__heap_pending_bytes(const spool__pending *own) {
  * their chunk in address order with consistent links; a free range sits in the bin of its size
  * in the index its owner names; no two neighbouring free ranges that should have merged (both
  * shared, or pending on the same stream); the byte counts agree with the walk. */
-static bool check_chunk(const spool__heap *h, const spool__chunk *c, uint64_t *free_bytes,
-                        char *why, size_t len) {
+static bool check_chunk(const spool__chunk *c, uint64_t *free_bytes, char *why, size_t len) {
   uintptr_t at = c->addr;
   const spool__block *prev = NULL;
   for (const spool__block *b = c->first; b; prev = b, b = b->next) {
@@ -517,7 +515,6 @@ static bool check_chunk(const spool__heap *h, const spool__chunk *c, uint64_t *f
              (unsigned long long)(at - c->addr), (unsigned long long)c->bytes);
     return false;
   }
-  (void)h;
   return true;
 }
 
@@ -535,7 +532,7 @@ bool spool__heap_check(spool_pool *p, char *why, size_t len) {
   bool ok = true;
   for (const spool__chunk *c = h->chunks; c && ok; c = c->next) {
     chunk_bytes += c->bytes;
-    ok = check_chunk(h, c, &free_bytes, why, len);
+    ok = check_chunk(c, &free_bytes, why, len);
   }
   for (unsigned b = 0; b < SPOOL__BANDS; b++) listed += bins_bytes(&h->shared[b]);
   for (const spool__scache *c = p->caches; c; c = c->next)

@@ -276,7 +276,7 @@ typedef struct spool__heap {
   uint64_t idle_scan;   /* allocs at the last look for idle chunks */
   uint64_t free_bytes;  /* in free ranges, shared or pending */
   uint64_t chunk_bytes; /* in chunks */
-  uint64_t chunk_allocs, chunk_frees, fences, fences_passed;
+  uint64_t chunk_allocs, chunk_frees, fences;
 } spool__heap;
 
 /* The band of a request of need bytes, and the chunk a miss in that band takes from the pool. */
