@@ -587,15 +587,23 @@ static SPOOL__INLINE bool to_bin(spool_pool *p, spool__scache *c, spool__buffer 
 }
 
 /* Under c's lock, held as h (left here): the live block b goes into the heap, pending on c's
- * stream. With the pool's lock held (pool_locked) it is taken no second time. */
+ * stream. With the pool's lock held (pool_locked) it is taken no second time. Until it is in
+ * the graveyard its record stays in c's table, freed: a concurrent free of the same pointer,
+ * which looks in the fronts and then in the graveyard, finds it in one of them. */
 static void to_heap(spool_pool *p, spool__scache *c, spool__buffer *b, cudaStream_t stream,
                     const spool__site *site, held h, bool pool_locked) {
+  uintptr_t u = b->ptr;
+  b->state = SPOOL__CACHED;
+  b->died = *site;
+  count_free(p, c, b->size);
+  if (!pool_locked) {
+    leave(c, h);
+    pthread_mutex_lock(&p->lock);
+    h = enter(c);
+  }
   spool__buffer gone;
-  spool__table_remove(&c->blocks, b->ptr, &gone);
-  gone.died = *site;
-  count_free(p, c, gone.size);
+  spool__table_remove(&c->blocks, u, &gone);
   leave(c, h);
-  if (!pool_locked) pthread_mutex_lock(&p->lock);
   bury_into_heap(p, c, &gone);
   spool__heap_stream_op(p, &c->pend, stream);
   if (!pool_locked) pthread_mutex_unlock(&p->lock);
