@@ -307,6 +307,7 @@ static inline void make_live(spool_pool *p, spool__scache *c, spool__buffer *b, 
   b->seq = next_seq(p, c);
   b->born = *site;
   b->born_ns = p->cfg.track == SPOOL_TRACK_FULL ? spool__now_ns() : 0;
+  if (spool__nvtx_on(p)) spool__nvtx_region_slow(b->blk->chunk->nvtx, b->ptr, size);
   c->c.allocs++;
   c->c.bytes_allocated += size;
   c->c.bytes_in_use += size;
@@ -555,9 +556,11 @@ bool spool__cache_alloc(spool_pool *p, void **ptr, size_t size, cudaStream_t str
 
 /* ---- free --------------------------------------------------------------------------------- */
 
-static SPOOL__INLINE void count_free(spool_pool *p, spool__scache *c, uint64_t size) {
+/* Under c's lock: the live buffer b is freed, as the counters and memory tools see it. */
+static SPOOL__INLINE void count_free(spool_pool *p, spool__scache *c, const spool__buffer *b) {
+  if (spool__nvtx_on(p)) spool__nvtx_release_slow(p, b->ptr, b->size);
   c->c.frees++;
-  c->c.bytes_in_use -= size;
+  c->c.bytes_in_use -= b->size;
   c->c.buffers_in_use--;
   after_op(p, c);
 }
@@ -582,7 +585,7 @@ static SPOOL__INLINE bool to_bin(spool_pool *p, spool__scache *c, spool__buffer 
   b->died = *site;
   b->tick = ++c->tick;
   c->c.bytes_cached += b->bytes;
-  count_free(p, c, b->size);
+  count_free(p, c, b);
   return true;
 }
 
@@ -595,7 +598,7 @@ static void to_heap(spool_pool *p, spool__scache *c, spool__buffer *b, cudaStrea
   uintptr_t u = b->ptr;
   b->state = SPOOL__CACHED;
   b->died = *site;
-  count_free(p, c, b->size);
+  count_free(p, c, b);
   if (!pool_locked) {
     leave(c, h);
     pthread_mutex_lock(&p->lock);
@@ -661,7 +664,7 @@ static void quarantine_in(spool_pool *p, spool__scache *c, spool__buffer *b, cud
   b->tick = ++c->tick;
   c->quar[(c->quar_head + c->quar_count++) % c->quar_cap] = b->ptr;
   c->quar_bytes += b->bytes;
-  count_free(p, c, b->size);
+  count_free(p, c, b);
   uintptr_t out[QUAR_OUT_MAX];
   unsigned n = 0;
   while (n < QUAR_OUT_MAX && c->quar_count &&
@@ -803,6 +806,7 @@ spool__free_result spool__cache_free_moved(spool_pool *p, void *ptr, cudaStream_
                      HELD_LOCK, true);
     } else {
       /* No host memory to keep the record: the block goes into the heap without it. */
+      if (spool__nvtx_on(p)) spool__nvtx_release_slow(p, b.ptr, b.size);
       c->c.frees++;
       unlock(c);
       b.died = *site;
@@ -848,6 +852,13 @@ bool spool__cache_find_live(spool_pool *p, uintptr_t u, spool__buffer *out) {
   }
   pthread_mutex_unlock(&p->lock);
   return found;
+}
+
+bool spool__cache_carve(spool_pool *p, uintptr_t u) {
+  spool__buffer b;
+  if (!spool__nvtx_on(p) || !p->cfg.cache || !spool__cache_find_live(p, u, &b)) return false;
+  /* b's chunk stays while b is live: read outside the lock */
+  return spool__nvtx_carve(p, b.blk->chunk->nvtx, u, b.size);
 }
 
 typedef struct live_walk {

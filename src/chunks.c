@@ -254,7 +254,7 @@ spool__block *spool__heap_add_chunk(spool_pool *p, spool__pending *own, uintptr_
     return NULL;
   }
   *c = (spool__chunk){.addr = addr, .bytes = bytes, .band = (uint8_t)spool__band_of(need),
-                      .first = b, .next = h->chunks};
+                      .first = b, .next = h->chunks, .nvtx = spool__nvtx_heap(p, addr, bytes)};
   if (h->chunks) h->chunks->prev = c;
   h->chunks = c;
   h->chunk_bytes += bytes;
@@ -361,7 +361,9 @@ static spool__block *empty_range(const spool__chunk *c) {
   return b->state == SPOOL__BLOCK_FREE && !b->next ? b : NULL;
 }
 
-static void chunk_drop(spool__heap *h, spool__chunk *c) {
+static void chunk_drop(spool_pool *p, spool__chunk *c) {
+  spool__heap *h = &p->heap;
+  spool__nvtx_heap_drop(p, c->nvtx);
   if (c->prev) c->prev->next = c->next;
   else h->chunks = c->next;
   if (c->next) c->next->prev = c->prev;
@@ -388,7 +390,7 @@ spool_status spool__heap_free_empty(spool_pool *p, spool__pending *own, cudaStre
     }
     unlist(h, b);
     record_drop(h, b);
-    chunk_drop(h, c);
+    chunk_drop(p, c);
   }
   return SPOOL_OK;
 }
@@ -419,7 +421,7 @@ spool_status spool__heap_destroy(spool_pool *p, cudaStream_t stream, spool__give
   while (h->chunks) {
     spool__chunk *c = h->chunks;
     if (give == SPOOL__GIVE_NONE || (give == SPOOL__GIVE_FREE && has_used(c))) {
-      chunk_drop(h, c); /* stays allocated: its work may still run, or a leak could not go */
+      chunk_drop(p, c); /* stays allocated: its work may still run, or a leak could not go */
       continue;
     }
     cudaError_t err = cudaFreeAsync((void *)c->addr, stream);
@@ -431,7 +433,7 @@ spool_status spool__heap_destroy(spool_pool *p, cudaStream_t stream, spool__give
       spool__clear_cuda_error();
     }
     if (err != cudaSuccess) kept += c->bytes, kept_chunks++;
-    chunk_drop(h, c);
+    chunk_drop(p, c);
   }
   if (s != SPOOL_OK) {
     char size[SPOOL__SIZE_TEXT];

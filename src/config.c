@@ -475,6 +475,8 @@ static const spool__key spool__keys[] = {
      "a stream's front used by one thread takes no lock on that thread's path"},
     {"ipc", &spool__type_choice, SPOOL__AT(ipc), spool__ipc_choices, /* issue 6 */
      "none, or posix_fd: the pool can be shared with other processes"},
+    {"nvtx", &spool__type_bool, SPOOL__AT(nvtx), NULL,
+     "tell memory tools (compute-sanitizer) which parts of the heap are live buffers"},
 };
 #undef SPOOL__AT
 #define SPOOL__NKEYS (sizeof spool__keys / sizeof spool__keys[0])
@@ -705,6 +707,7 @@ void spool_config_init(spool_config *cfg) {
   cfg->capture_check = true;
   cfg->cache_owner = true;
   cfg->ipc = SPOOL_IPC_NONE; /* issue 6 */
+  cfg->nvtx = true;
 }
 
 spool_status spool_config_parse(spool_config *cfg, const char *text) {

@@ -244,6 +244,7 @@ typedef struct spool__chunk {
   uint64_t empty_since; /* the heap's allocation count when it last became all free */
   spool__block *first;
   struct spool__chunk *prev, *next;
+  void *nvtx;  /* its heap for memory tools (nvtx.c), NULL when none is attached */
   uint8_t band;
 } spool__chunk;
 
@@ -372,6 +373,16 @@ typedef struct spool__scache {
   struct spool__scache *next; /* the pool's list, under the pool's lock */
 } spool__scache;
 
+/* ---- nvtx.c: spool's memory as memory tools see it (NVTX memory API) ---------------------- */
+
+#define SPOOL__NVTX_BUCKETS 64
+
+typedef struct spool__nvtx {
+  atomic_bool on;        /* cfg.nvtx, until a chunk's registration finds no tool attached */
+  pthread_mutex_t lock;  /* guards carved */
+  struct spool__carved *carved[SPOOL__NVTX_BUCKETS]; /* buffers handed out in pieces (batch, scope) */
+} spool__nvtx;
+
 struct spool_pool {
   cudaMemPool_t handle;
   int device;
@@ -404,7 +415,28 @@ struct spool_pool {
   _Atomic(struct spool__scopes *) scopes;
   _Atomic(struct spool__handoff *) handoff;
   atomic_bool handoff_any; /* some buffer has recorded streams: frees look them up */
+  spool__nvtx nvtx;
 };
+
+/* Whether memory tools are told of the pool's buffers: one relaxed load, on the hot path. */
+static inline bool spool__nvtx_on(const spool_pool *p) {
+  return atomic_load_explicit(&p->nvtx.on, memory_order_relaxed);
+}
+void spool__nvtx_init(spool_pool *p);
+void spool__nvtx_fini(spool_pool *p);
+/* A new heap chunk as a tool's sub-allocator heap: its handle, NULL when no tool takes it (the
+ * pool's switch is then turned off). Dropping it unregisters it with every region in it. */
+void *spool__nvtx_heap(spool_pool *p, uintptr_t addr, uint64_t bytes);
+void spool__nvtx_heap_drop(spool_pool *p, void *heap);
+/* A buffer of the chunk whose heap is `heap` handed out / freed: its region of size bytes.
+ * Callers test spool__nvtx_on first (the slow halves are out of line). */
+void spool__nvtx_region_slow(void *heap, uintptr_t ptr, uint64_t size);
+void spool__nvtx_release_slow(spool_pool *p, uintptr_t ptr, uint64_t size);
+/* A live heap buffer of size bytes at base is handed out in pieces: its one region goes and
+ * each piece gets its own; its free unregisters them. False when nothing was carved (no tool,
+ * not a heap buffer, or no host memory), and the buffer stays one region. */
+bool spool__nvtx_carve(spool_pool *p, void *heap, uintptr_t base, uint64_t size);
+void spool__nvtx_piece(spool_pool *p, uintptr_t base, uintptr_t ptr, uint64_t size);
 
 /* ---- device.c: device selection and memory ------------------------------------------------ */
 
@@ -485,6 +517,9 @@ spool_status spool__cache_flush_all(spool_pool *pool, const char *ctx);
 
 /* The live heap buffer that starts at ptr, from any stream's table. Takes the pool's lock. */
 bool spool__cache_find_live(spool_pool *pool, uintptr_t ptr, spool__buffer *out);
+/* For memory tools: the live buffer at ptr is handed out in pieces (spool__nvtx_piece). False
+ * when that is not tracked (no tool attached, not a heap buffer): it stays one region. */
+bool spool__cache_carve(spool_pool *pool, uintptr_t ptr);
 
 /* Calls fn for every live buffer of every stream cache (each cache's lock held meanwhile). */
 void spool__cache_each_live(spool_pool *pool, void (*fn)(const spool__buffer *, void *),

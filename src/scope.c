@@ -204,6 +204,7 @@ static spool_status new_chunk(spool_scope *sc, size_t need) {
   s = spool__alloc_site(sc->pool, &base, size, sc->stream, &site);
   if (s != SPOOL_OK) return spool__prefix(s, ctx);
   sc->chunks[sc->nchunks++] = (chunk){base, size, HEADER};
+  (void)spool__cache_carve(sc->pool, (uintptr_t)base); /* memory tools see pieces, not chunks */
   if (!own && sc->next_size < CHUNK_MAX) sc->next_size *= 2;
   if (own && sc->nchunks > 1) { /* the new chunk below the current one */
     chunk top = sc->chunks[sc->nchunks - 2];
@@ -241,6 +242,7 @@ spool_status spool_scope_alloc(spool_scope *sc, void **ptr, size_t size) {
   if (s == SPOOL_OK) {
     *ptr = c->base + c->used;
     c->used += need;
+    spool__nvtx_piece(sc->pool, (uintptr_t)c->base, (uintptr_t)*ptr, size);
   }
   pthread_mutex_unlock(&sc->lock);
   return s;

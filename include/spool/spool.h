@@ -195,6 +195,12 @@ typedef struct spool_config {
                                        every cache takes its lock. */
   spool_ipc ipc;                    /* key `ipc`: none | posix_fd. Default none. posix_fd needs
                                        pool=own and release_threshold=max. */
+  bool nvtx;                        /* tell memory tools (compute-sanitizer, through the NVTX
+                                       memory API) which parts of the heap's chunks are live
+                                       buffers, so that they report a use after spool_free or a
+                                       write past a buffer as they do for cudaMallocAsync.
+                                       Default on: with no tool attached it costs one branch;
+                                       off skips even that. */
 } spool_config;
 
 /* Defaults: 1 MiB of ready blocks per stream keeps a stream's repeated small sizes on the hit

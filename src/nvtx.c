@@ -1,0 +1,169 @@
+/* What spool tells memory tools (compute-sanitizer, through the NVTX memory API) about the
+ * memory it keeps: every heap chunk is a sub-allocator heap, every buffer handed out of it a
+ * region of its exact size. The driver sees a chunk as one live allocation however its blocks
+ * come and go; registered this way, a tool sees what the user sees, and reports a use after
+ * spool_free, a write past a buffer's end (into the block's slack or a neighbour's free range)
+ * or an uninitialised read exactly as it does for cudaMallocAsync.
+ *
+ * Batches and scopes hand out pieces of one buffer: such a buffer is carved, its region
+ * replaced by one per piece, and its free unregisters the pieces.
+ *
+ * Cost with no tool attached: the first chunk's registration comes back empty and turns the
+ * pool's switch off, after which each path pays one predictable branch on it. Registration
+ * happens on the host as the calls are made; the tools run kernels one at a time, so by the
+ * time a free unregisters a buffer the work queued on it before has run. */
+#include "internal.h"
+
+#include <nvtx3/nvToolsExtMem.h>
+#include <stdlib.h>
+
+#define BUCKETS SPOOL__NVTX_BUCKETS
+
+/* A carved buffer: its start and the pieces registered in it. */
+typedef struct spool__carved {
+  uintptr_t base;
+  uintptr_t *pieces;
+  size_t count, cap;
+  void *heap;
+  struct spool__carved *next;
+} carved;
+
+static pthread_once_t domain_once = PTHREAD_ONCE_INIT;
+static nvtxDomainHandle_t domain;
+
+static void domain_create(void) { domain = nvtxDomainCreateA("spool"); }
+
+void spool__nvtx_init(spool_pool *p) {
+  atomic_store_explicit(&p->nvtx.on, p->cfg.nvtx, memory_order_relaxed);
+  pthread_mutex_init(&p->nvtx.lock, NULL);
+  for (unsigned i = 0; i < BUCKETS; i++) p->nvtx.carved[i] = NULL;
+}
+
+void spool__nvtx_fini(spool_pool *p) {
+  for (unsigned i = 0; i < BUCKETS; i++) {
+    carved *next;
+    for (carved *c = p->nvtx.carved[i]; c; c = next) {
+      next = c->next;
+      free(c->pieces);
+      free(c);
+    }
+    p->nvtx.carved[i] = NULL;
+  }
+  pthread_mutex_destroy(&p->nvtx.lock);
+}
+
+void *spool__nvtx_heap(spool_pool *p, uintptr_t addr, uint64_t bytes) {
+  if (!spool__nvtx_on(p)) return NULL;
+  pthread_once(&domain_once, domain_create);
+  nvtxMemVirtualRangeDesc_t range = {.size = (size_t)bytes, .ptr = (const void *)addr};
+  nvtxMemHeapDesc_t desc = {
+      .extCompatID = NVTX_EXT_COMPATID_MEM,
+      .structSize = sizeof desc,
+      .usage = NVTX_MEM_HEAP_USAGE_TYPE_SUB_ALLOCATOR,
+      .type = NVTX_MEM_TYPE_VIRTUAL_ADDRESS,
+      .typeSpecificDescSize = sizeof range,
+      .typeSpecificDesc = &range,
+      .messageType = NVTX_MESSAGE_TYPE_ASCII,
+      .message.ascii = "spool heap chunk",
+  };
+  nvtxMemHeapHandle_t h = nvtxMemHeapRegister(domain, &desc);
+  /* Nothing attached answers nothing: from now on the paths skip every call. */
+  if (!h) atomic_store_explicit(&p->nvtx.on, false, memory_order_relaxed);
+  return h;
+}
+
+void spool__nvtx_heap_drop(spool_pool *p, void *heap) {
+  if (heap && spool__nvtx_on(p)) nvtxMemHeapUnregister(domain, (nvtxMemHeapHandle_t)heap);
+}
+
+static void region_register(void *heap, uintptr_t ptr, uint64_t size) {
+  nvtxMemVirtualRangeDesc_t range = {.size = (size_t)size, .ptr = (const void *)ptr};
+  nvtxMemRegionsRegisterBatch_t batch = {
+      .extCompatID = NVTX_EXT_COMPATID_MEM,
+      .structSize = sizeof batch,
+      .regionType = NVTX_MEM_TYPE_VIRTUAL_ADDRESS,
+      .heap = (nvtxMemHeapHandle_t)heap,
+      .regionCount = 1,
+      .regionDescElementSize = sizeof range,
+      .regionDescElements = &range,
+  };
+  nvtxMemRegionsRegister(domain, &batch);
+}
+
+static void regions_unregister(const uintptr_t *ptrs, size_t count) {
+  for (size_t i = 0; i < count; i++) {
+    nvtxMemRegionRef_t ref = {.pointer = (const void *)ptrs[i]};
+    nvtxMemRegionsUnregisterBatch_t batch = {
+        .extCompatID = NVTX_EXT_COMPATID_MEM,
+        .structSize = sizeof batch,
+        .refType = NVTX_MEM_REGION_REF_TYPE_POINTER,
+        .refCount = 1,
+        .refElementSize = sizeof ref,
+        .refElements = &ref,
+    };
+    nvtxMemRegionsUnregister(domain, &batch);
+  }
+}
+
+void spool__nvtx_region_slow(void *heap, uintptr_t ptr, uint64_t size) {
+  /* A buffer of no bytes has nothing to reach; a tool may refuse an empty region. */
+  if (heap && size) region_register(heap, ptr, size);
+}
+
+static carved **slot_of(spool_pool *p, uintptr_t base) {
+  carved **at = &p->nvtx.carved[(base >> 9) % BUCKETS];
+  while (*at && (*at)->base != base) at = &(*at)->next;
+  return at;
+}
+
+void spool__nvtx_release_slow(spool_pool *p, uintptr_t ptr, uint64_t size) {
+  pthread_mutex_lock(&p->nvtx.lock);
+  carved **at = slot_of(p, ptr);
+  carved *c = *at;
+  if (c) *at = c->next;
+  pthread_mutex_unlock(&p->nvtx.lock);
+  if (!c) {
+    if (size) regions_unregister(&ptr, 1);
+    return;
+  }
+  regions_unregister(c->pieces, c->count);
+  free(c->pieces);
+  free(c);
+}
+
+bool spool__nvtx_carve(spool_pool *p, void *heap, uintptr_t base, uint64_t size) {
+  if (!heap || !spool__nvtx_on(p)) return false;
+  carved *c = calloc(1, sizeof *c);
+  if (!c) return false; /* no host memory: the buffer stays one region */
+  *c = (carved){.base = base, .heap = heap};
+  pthread_mutex_lock(&p->nvtx.lock);
+  carved **at = slot_of(p, base);
+  c->next = *at;
+  *at = c;
+  pthread_mutex_unlock(&p->nvtx.lock);
+  if (size) regions_unregister(&base, 1);
+  return true;
+}
+
+static bool pieces_room(carved *c) {
+  if (c->count < c->cap) return true;
+  size_t cap = c->cap ? c->cap * 2 : 8;
+  uintptr_t *grown = realloc(c->pieces, cap * sizeof *grown);
+  if (!grown) return false;
+  c->pieces = grown;
+  c->cap = cap;
+  return true;
+}
+
+void spool__nvtx_piece(spool_pool *p, uintptr_t base, uintptr_t ptr, uint64_t size) {
+  if (!spool__nvtx_on(p) || !size) return;
+  pthread_mutex_lock(&p->nvtx.lock);
+  carved *c = *slot_of(p, base);
+  /* Without host memory for its record a piece stays unregistered, and a tool would report
+   * its use: the cost of a report that cannot be kept. */
+  bool room = c && pieces_room(c);
+  if (room) c->pieces[c->count++] = ptr;
+  void *heap = room ? c->heap : NULL;
+  pthread_mutex_unlock(&p->nvtx.lock);
+  if (heap) region_register(heap, ptr, size);
+}
