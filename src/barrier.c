@@ -1,6 +1,6 @@
 /* A full memory barrier run on every CPU that executes a thread of this process (Linux
  * membarrier, private expedited): what lets a stream cache's owning thread take no atomic on
- * its own path (cache.c). A thread that wants the cache clears the owner, runs this barrier, and
+ * its own path (front.h). A thread that wants the cache clears the owner, runs this barrier, and
  * then sees whether the owner is inside; the owner, for its part, needs only plain stores and
  * loads. Where the call is missing (not Linux, an old kernel, a seccomp filter) or a sanitizer
  * could not see it (ThreadSanitizer knows nothing of membarrier), every cache takes its lock. */

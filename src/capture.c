@@ -3,7 +3,7 @@
  * against 64 ns for cudaStreamIsCapturing). spool does not link libcuda: the runtime hands out
  * the driver's entry point. Where it cannot (an old runtime, a stub), cudaStreamIsCapturing
  * answers instead. */
-#include "internal.h"
+#include "capture.h"
 
 #include <cuda.h>
 #include <string.h>

@@ -24,7 +24,7 @@
  * release and destroy. The pool stays the only source of device memory.
  *
  * Everything here runs under the pool's lock. */
-#include "internal.h"
+#include "capture.h"
 
 #include <stdlib.h>
 #include <string.h>

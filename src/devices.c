@@ -1,40 +1,8 @@
-/* Several devices: a stream must belong to its pool's device, one pool per device from one
- * config, and the way back from a pointer to its pool.
- *
- * Why spool refuses a stream of another device although cudaMallocFromPoolAsync accepts one:
- * the buffer would still live on the pool's device, where the stream's kernels fault unless
- * their device was given access, and the pool's out-of-memory and leak handling synchronize the
- * pool's device, not the stream's. A clear refusal beats a fault in a kernel far away. */
+/* Several devices: one pool per device from one config, and the way back from a pointer to its
+ * pool. */
 #include "internal.h"
 
 #include <stdio.h>
-
-int spool__stream_device(cudaStream_t stream) {
-#if CUDART_VERSION >= 12080
-  int device = -1;
-  cudaError_t err =
-      spool__current_device_stream(stream) ? cudaGetDevice(&device)
-                                           : cudaStreamGetDevice(stream, &device);
-  if (err == cudaSuccess) return device;
-  spool__clear_cuda_error();
-#else
-  /* cudaStreamGetDevice arrived with CUDA 12.8: older builds leave the check to the caller. */
-  (void)stream;
-#endif
-  return -1;
-}
-
-spool_status spool__stream_device_check(const spool_pool *pool, cudaStream_t stream,
-                                        const char *context) {
-  int device = spool__stream_device(stream);
-  /* -1: cannot tell; the allocation itself judges the stream */
-  if (device < 0 || device == pool->device) return SPOOL_OK;
-  return spool__fail(SPOOL_ERR_INVALID,
-                     "%s: stream %p belongs to device %d, but the pool's memory lives on device "
-                     "%d; allocate from a pool on device %d (spool_pools_create_all makes one per "
-                     "device) or use a stream of device %d",
-                     context, (void *)stream, device, pool->device, device, pool->device);
-}
 
 /* ---- one pool per device ------------------------------------------------------------------ */
 

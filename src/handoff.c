@@ -1,13 +1,14 @@
-/* Cross-stream hand-off: spool_record_stream and spool_free_after.
+/* Cross-stream hand-off: spool_record_stream, and the waits before a free (spool_free_after).
  *
  * A buffer used on streams other than the one that frees it must not be reused before their
  * work is done. The free of such a buffer goes to a pool-owned hand-off stream that first waits
  * (cudaStreamWaitEvent: on the device, the host never blocks) for an event recorded on every
  * recorded stream, for the caller's event (spool_free_after) and for an event recorded on the
- * freeing stream; then the ordinary free runs on the hand-off stream. From there the memory is
+ * freeing stream; then the heap's ordinary free runs on the hand-off stream (the hand-off never
+ * frees by itself: heap.c calls begin, frees, and calls end). From there the memory is
  * reused only in the hand-off stream's order: the pool's reuse rules follow its event
  * dependencies, and a block the hand-off stream's cache holds goes to another stream only once
- * a fence recorded on the hand-off stream has completed (cache.c).
+ * a fence recorded on the hand-off stream has completed (chunks.c).
  *
  * Why a stream and not a list of pending frees polled with cudaEventQuery (PyTorch's way):
  * nothing has to poll, no memory waits on the host's attention, and no event query runs where
@@ -19,7 +20,7 @@
  * some buffer has recorded streams (pool->handoff_any). One event serves every record: a wait
  * takes the event's state when it is called, so the event may be recorded again at once; the
  * hand-off lock keeps each record-and-wait pair together. */
-#include "internal.h"
+#include "capture.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -240,46 +241,41 @@ static spool_status check_streams(const entry *e, cudaStream_t stream, const cha
   return s;
 }
 
-/* The free after the waits; ptr's entry goes once the free succeeded. */
-static spool_status deferred_free(spool_pool *pool, spool__handoff *h, void *ptr,
-                                  cudaStream_t stream, cudaEvent_t event,
-                                  const spool__site *site, const char *ctx) {
+spool_status spool__handoff_begin(spool_pool *pool, void *ptr, cudaStream_t stream,
+                                  cudaEvent_t event, const char *ctx, cudaStream_t *on) {
+  spool__handoff *h = handoff_of(pool);
+  if (!h) return spool__fail(SPOOL_ERR_HOST_OOM, "%s: no host memory", ctx);
   pthread_mutex_lock(&h->lock);
   entry copy, *e = find(h, (uintptr_t)ptr);
   if (e) copy = *e;
   spool_status s = check_streams(e ? &copy : NULL, stream, ctx);
   if (s == SPOOL_OK) s = make_stream(pool, h, ctx);
   if (s == SPOOL_OK) s = wait_all(pool, h, e ? &copy : NULL, stream, event, ctx);
-  if (s == SPOOL_OK) s = spool__free_plain(pool, ptr, h->stream, site);
+  if (s == SPOOL_OK) {
+    *on = h->stream;
+    return SPOOL_OK; /* h's lock stays held until spool__handoff_end */
+  }
+  pthread_mutex_unlock(&h->lock);
+  return s;
+}
+
+void spool__handoff_end(spool_pool *pool, void *ptr, spool_status s) {
+  spool__handoff *h = atomic_load(&pool->handoff);
+  entry *e;
   if (s == SPOOL_OK && (e = find(h, (uintptr_t)ptr)) != NULL) *e = h->entries[--h->n];
   /* No recorded streams left: frees skip the table again (record_stream sets the flag under
    * the same lock, so the two never disagree with the table for long). */
   if (h->n == 0) atomic_store_explicit(&pool->handoff_any, false, memory_order_relaxed);
   pthread_mutex_unlock(&h->lock);
-  return s;
 }
 
-bool spool__handoff_free(spool_pool *pool, void *ptr, cudaStream_t stream,
-                         const spool__site *site, spool_status *s) {
+bool spool__handoff_recorded(spool_pool *pool, void *ptr) {
   spool__handoff *h = atomic_load(&pool->handoff);
   if (!h) return false;
   pthread_mutex_lock(&h->lock);
   bool recorded = find(h, (uintptr_t)ptr) != NULL;
   pthread_mutex_unlock(&h->lock);
-  if (recorded) *s = deferred_free(pool, h, ptr, stream, NULL, site, "spool_free");
   return recorded;
-}
-
-spool_status spool_free_after(spool_pool *pool, void *ptr, cudaStream_t stream,
-                              cudaEvent_t event) {
-  static const char ctx[] = "spool_free_after";
-  if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", ctx);
-  if (!event) return spool__fail(SPOOL_ERR_INVALID, "%s: event is NULL", ctx);
-  if (!ptr) return SPOOL_OK;
-  spool__handoff *h = handoff_of(pool);
-  if (!h) return spool__fail(SPOOL_ERR_HOST_OOM, "%s: no host memory", ctx);
-  static const spool__site site = {"spool_free_after", NULL, 0, 0};
-  return deferred_free(pool, h, ptr, stream, event, &site, ctx);
 }
 
 spool_status spool__handoff_destroy(spool_pool *pool) {

@@ -4,7 +4,6 @@
 
 #include <spool/spool.h>
 
-#include <cuda.h> /* the driver's types, for the capture query's entry point */
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -195,7 +194,7 @@ typedef struct spool__counters {
   uint64_t oom_retries, oom_recoveries, oom_handler_calls, bad_frees;
 } spool__counters;
 
-/* ---- size classes (chunks.c and cache.c) ------------------------------------------------- */
+/* ---- size classes (chunks.c and heap.c) -------------------------------------------------- */
 
 #define SPOOL__CACHE_LINE 64 /* x86-64 and most ARM servers; 128 where pairs are prefetched */
 
@@ -322,7 +321,7 @@ bool spool__heap_check(spool_pool *pool, char *why, size_t len);
 uint64_t spool__heap_largest_free(const spool_pool *pool);
 uint64_t spool__heap_pending_bytes(const spool__pending *own);
 
-/* ---- cache.c: the per-stream fronts of the heap --------------------------------------------- */
+/* ---- front.c: the per-stream fronts of the heap --------------------------------------------- */
 
 typedef struct spool__bin {
   uintptr_t *ptrs; /* cached blocks of one class, most recently freed last */
@@ -343,7 +342,7 @@ typedef struct spool__scache {
   alignas(SPOOL__CACHE_LINE) atomic_int lock; /* a line of its own: caches sit side by side */
   /* The owning thread (cache_bias): it works on the cache without the lock while `owner` names
    * it, flagging itself in `inside`; any other thread takes the lock, clears `owner`, runs a
-   * process-wide barrier and waits for `inside` to drop (cache.c, barrier.c). 0: no owner. */
+   * process-wide barrier and waits for `inside` to drop (front.h, barrier.c). 0: no owner. */
   atomic_uint_fast64_t owner;
   atomic_int inside;
   uint64_t streak_thread; /* the thread that took the lock last on a hit or free, and how many */
@@ -380,7 +379,7 @@ typedef struct spool__scache {
 typedef struct spool__nvtx {
   atomic_bool on;        /* cfg.nvtx, until a chunk's registration finds no tool attached */
   pthread_mutex_t lock;  /* guards carved */
-  struct spool__carved *carved[SPOOL__NVTX_BUCKETS]; /* buffers handed out in pieces (batch, scope) */
+  struct spool__carved *carved[SPOOL__NVTX_BUCKETS]; /* buffers handed out in pieces */
 } spool__nvtx;
 
 struct spool_pool {
@@ -401,7 +400,7 @@ struct spool_pool {
   /* Written by every thread from time to time: a cache line of its own, so that the fields
    * above, read on every allocation, never bounce between cores. */
   alignas(SPOOL__CACHE_LINE) atomic_uint_fast64_t seq; /* the last allocation number */
-  /* Pool-wide totals, each stream's share as it last published it (see cache.c): what the
+  /* Pool-wide totals, each stream's share as it last published it (see front.h): what the
    * peaks are judged against without a lock on the hit path. */
   atomic_uint_fast64_t total_bytes, total_buffers;
   atomic_uint_fast64_t peak_bytes, peak_buffers;
@@ -477,33 +476,7 @@ spool_status spool__leak_report(spool_pool *pool, FILE *out, const char *context
  * SPOOL_ERR_CUDA. */
 spool_status spool__free_leaks(spool_pool *pool);
 
-/* ---- cache.c ---------------------------------------------------------------------------- */
-
-/* Whether spool_alloc/spool_free may use the stream caches for size bytes (inline: asked on
- * every allocation). */
-static inline bool spool__cacheable(const spool_pool *pool, size_t size) {
-  return pool->cfg.cache && size <= pool->cfg.heap_max_block;
-}
-
-/* The cache's part of spool_alloc: true when it took the allocation (a hit, or a miss filled from
- * the pool) with *s its status; false when the allocation takes the uncached path (the stream is
- * being captured). */
-bool spool__cache_alloc(spool_pool *pool, void **ptr, size_t size, cudaStream_t stream,
-                        const spool__site *site, spool_status *s);
-
-/* The cache's part of spool_free. SPOOL__FREE_DONE: taken, *s says how it went;
- * SPOOL__FREE_PASS: not a block of the stream's cache, take the uncached path;
- * SPOOL__FREE_CACHED: ptr is already freed and sits in a cache (*dead is its record). */
-typedef enum { SPOOL__FREE_DONE, SPOOL__FREE_PASS, SPOOL__FREE_CACHED } spool__free_result;
-spool__free_result spool__cache_free(spool_pool *pool, void *ptr, cudaStream_t stream,
-                                     const spool__site *site, spool_status *s,
-                                     spool__buffer *dead);
-
-/* For a ptr in no table the free looked at: a live block of another stream's cache is moved to
- * the freeing stream's cache (or the pool). Same results as spool__cache_free. */
-spool__free_result spool__cache_free_moved(spool_pool *pool, void *ptr, cudaStream_t stream,
-                                           const spool__site *site, spool_status *s,
-                                           spool__buffer *dead);
+/* ---- census.c: whole-pool walks ------------------------------------------------------------ */
 
 /* For messages about a refused free: the live buffer of a stream cache that ptr points at or
  * into. Takes the pool's lock. */
@@ -562,56 +535,11 @@ bool spool__barrier_available(void);
  * (then the caller must not rely on it). Only after spool__barrier_available said true. */
 bool spool__barrier_all(void);
 
-/* ---- capture.c ---------------------------------------------------------------------------- */
+/* ---- heap.c ---------------------------------------------------------------------------------- */
 
-/* Whether stream is being captured into a graph (active or invalidated): the driver's
- * cuStreamIsCapturing, found once through the runtime (no libcuda link), else
- * cudaStreamIsCapturing. SPOOL_OK with *capturing set, or SPOOL_ERR_CUDA for a stream CUDA does
- * not know (destroyed?), with the message naming ctx and the stream. Asked twice per pair: once
- * the driver's function is found it is called inline; anything but a plain answer (not found
- * yet, an error, the legacy stream's implicit capture) takes the out-of-line way. */
-typedef CUresult (*spool__capture_fn)(CUstream, CUstreamCaptureStatus *);
-extern _Atomic(spool__capture_fn) spool__capture_fast;
-spool_status spool__stream_capturing_slow(cudaStream_t stream, bool *capturing, const char *ctx);
-static inline spool_status spool__stream_capturing(cudaStream_t stream, bool *capturing,
-                                                   const char *ctx) {
-  spool__capture_fn fn = atomic_load_explicit(&spool__capture_fast, memory_order_acquire);
-  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (fn && fn((CUstream)stream, &st) == CUDA_SUCCESS) {
-    *capturing = st != CU_STREAM_CAPTURE_STATUS_NONE;
-    return SPOOL_OK;
-  }
-  return spool__stream_capturing_slow(stream, capturing, ctx);
-}
-/* The same for paths that need only a yes or no: if_unknown when CUDA cannot tell; this
- * thread's last error is left as it was. */
-bool spool__capturing_quiet(cudaStream_t stream, bool if_unknown);
-
-/* issue 5: pool attribute reads and writes and trims are "potentially unsafe" calls: made while
- * another thread captures in global mode, from a thread in global mode (the default), they
- * invalidate that capture. Between enter and leave the calling thread is in relaxed mode (as
- * CCCL does for pool attributes), which leaves other threads' captures alone. enter returns
- * whether the mode was changed; leave puts it back. A synchronize is not covered: it
- * invalidates captures on its device whatever the mode. */
-bool spool__relaxed_enter(enum cudaStreamCaptureMode *old);
-void spool__relaxed_leave(bool entered, enum cudaStreamCaptureMode old);
-
-/* ---- alloc.c, for cache.c ------------------------------------------------------------------ */
-
-/* cudaMallocFromPoolAsync with the out-of-memory policy; _for: size bytes for a request of
- * asked bytes (what a failure's message names). */
-spool_status spool__pool_alloc(spool_pool *pool, void **out, size_t size, cudaStream_t stream);
-spool_status spool__pool_alloc_for(spool_pool *pool, void **out, size_t size, size_t asked,
-                                   cudaStream_t stream);
-/* cudaMemsetAsync with the poison byte, when the pool poisons. */
-spool_status spool__poison_new(spool_pool *pool, void *ptr, size_t size, cudaStream_t stream);
-spool_status spool__poison_freed(spool_pool *pool, void *ptr, size_t size, cudaStream_t stream);
 /* Enters a buffer of the uncached path in the pool's table (unless track=off) and counters. */
 spool_status spool__record_alloc(spool_pool *pool, void *ptr, size_t size, cudaStream_t stream,
                                  const spool__site *site);
-/* Remembers a buffer given back to the driver, for double-free messages (takes the lock). */
-void spool__bury(spool_pool *pool, const spool__buffer *b, const spool__site *site);
-
 /* ---- memory -------------------------------------------------------------------------------- */
 
 /* Zeroed host memory aligned to SPOOL__CACHE_LINE, for structures with lines of their own
@@ -620,13 +548,13 @@ void spool__bury(spool_pool *pool, const spool__buffer *b, const spool__site *si
 void *spool__zalloc_aligned(size_t size);
 /* ---- issue 6: several devices and processes (devices.c, peer.c, ipc.c) ---------------------- */
 
-/* devices.c. The device of stream (for 0, cudaStreamLegacy and cudaStreamPerThread: the calling
+/* device.c. The device of stream (for 0, cudaStreamLegacy and cudaStreamPerThread: the calling
  * thread's current device) must be the pool's: SPOOL_ERR_INVALID naming both otherwise. Where
  * the runtime cannot tell (built with CUDA < 12.8, which lacks cudaStreamGetDevice, or the query
  * fails, e.g. for a destroyed stream) the check passes and the allocation judges the stream. */
 spool_status spool__stream_device_check(const spool_pool *pool, cudaStream_t stream,
                                         const char *context);
-/* devices.c: the device of stream, as above; -1 where the runtime cannot tell. Not during a
+/* device.c: the device of stream, as above; -1 where the runtime cannot tell. Not during a
  * capture of stream (cudaStreamGetDevice would break it). */
 int spool__stream_device(cudaStream_t stream);
 
@@ -658,15 +586,12 @@ spool_pool *spool__pool_new(const spool_config *cfg, cudaMemPool_t handle, bool 
 
 /* ---- issue 5: batches, scopes, hand-off (batch.c, scope.c, handoff.c) --------------------- */
 
-/* alloc.c: spool_alloc with the caller's site (a batch passes its count in site->batch). */
+/* heap.c: spool_alloc with the caller's site (a batch passes its count in site->batch). */
 spool_status spool__alloc_site(spool_pool *pool, void **ptr, size_t size, cudaStream_t stream,
                                const spool__site *site);
-/* alloc.c: spool_free with the caller's site, and the free without the hand-off check (the
- * hand-off path's own last step). */
+/* heap.c: spool_free with the caller's site. */
 spool_status spool__free_site(spool_pool *pool, void *ptr, cudaStream_t stream,
                               const spool__site *site);
-spool_status spool__free_plain(spool_pool *pool, void *ptr, cudaStream_t stream,
-                               const spool__site *site);
 
 /* ---- refuse.c: the words of a refused free ------------------------------------------------ */
 
@@ -696,11 +621,17 @@ extern const char spool__scope_tag[];
 /* scope.c: at pool destroy, after the leak sweep: frees the scope objects. */
 void spool__scopes_destroy(spool_pool *pool);
 
-/* handoff.c: the free of a buffer with recorded streams (spool_record_stream). Returns false
- * when ptr has none (the caller frees it as usual), else true with *s the free's status. A
- * flag test while no buffer of the pool has recorded streams. */
-bool spool__handoff_free(spool_pool *pool, void *ptr, cudaStream_t stream,
-                         const spool__site *site, spool_status *s);
+/* handoff.c: whether ptr has recorded streams (spool_record_stream), so that its free goes
+ * through the hand-off. Callers test pool->handoff_any first. */
+bool spool__handoff_recorded(spool_pool *pool, void *ptr);
+/* handoff.c: the hand-off of ptr's free on stream: the hand-off stream waits for every recorded
+ * stream, for event (spool_free_after; NULL for none) and for stream; on SPOOL_OK *on is where
+ * the caller frees ptr, and the hand-off's lock stays held until spool__handoff_end(s), given
+ * the free's status (on success ptr's recorded streams are forgotten). On a failure nothing
+ * waits and nothing is held. */
+spool_status spool__handoff_begin(spool_pool *pool, void *ptr, cudaStream_t stream,
+                                  cudaEvent_t event, const char *ctx, cudaStream_t *on);
+void spool__handoff_end(spool_pool *pool, void *ptr, spool_status s);
 /* handoff.c: at pool destroy: the hand-off stream, event and table. */
 spool_status spool__handoff_destroy(spool_pool *pool);
 

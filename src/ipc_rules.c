@@ -1,7 +1,7 @@
 /* What ipc=posix_fd allows and forbids: the config's rules, the device's support, a shareable
  * pool's handle types, and the refusals of an allocation (imported pool, capture) and a trim
  * (IPC pools never shrink). Rules only: ipc.c exports and imports. */
-#include "internal.h"
+#include "capture.h"
 
 #if defined(__linux__)
 #define SPOOL__POSIX_FD 1

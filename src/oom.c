@@ -12,7 +12,7 @@
  * 5. Then fail with SPOOL_ERR_OOM and the numbers.
  * No lock is held while CUDA or the handler runs. Steps 1 and 2 are skipped while the stream is
  * being captured into a graph, where they would invalidate the capture. */
-#include "internal.h"
+#include "capture.h"
 
 #include <inttypes.h>
 

@@ -1,7 +1,7 @@
 /* Every live pool of the process, so that a free given to the wrong pool can name the right one,
  * a destroyed pool is told from a live one, and running out of memory can trim the others on the
  * same device. The list has its own lock; each pool's lock is taken in turn under it. */
-#include "internal.h"
+#include "capture.h"
 
 /* The one piece of process-wide state: a list of pools, only read on error paths. */
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;

@@ -24,7 +24,7 @@
  *
  * Locks: the scopes' lock (begin, end, the open list) is never held while calling spool_alloc
  * or spool_free; a scope's own lock is, which is fine since nothing takes it from inside. */
-#include "internal.h"
+#include "capture.h"
 
 #include <inttypes.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* Statistics: the library's counters next to the pool's own attributes, and the human report. */
-#include "internal.h"
+#include "capture.h"
 
 #include <inttypes.h>
 #include <stddef.h>

@@ -1,0 +1,227 @@
+/* A stream's front (see heap.c): its lock and ownership, how a thread finds it, its share of
+ * the pool-wide totals, its bins of ready blocks and quarantine, and the ways a block leaves it
+ * for the heap (chunks.c). The hot path's part of each is inline in front.h; what it reaches
+ * rarely is here.
+ *
+ * Locks: the pool's lock may be held when a front's lock is taken, never the other way round.
+ * The heap is under the pool's lock. */
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
+
+#include "front.h"
+
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- the front's lock ---------------------------------------------------------------------- */
+
+/* A spin lock: held for a few dozen instructions on the hit path, by one thread per stream in
+ * the common case. Spinning gives way to the scheduler so that a preempted holder can finish. */
+void spool__front_lock_slow(spool__scache *c) {
+  unsigned spins = 0;
+  do {
+    while (atomic_load_explicit(&c->lock, memory_order_relaxed))
+      if (++spins >= 64) sched_yield();
+  } while (atomic_exchange_explicit(&c->lock, 1, memory_order_acquire));
+}
+
+/* Takes the cache from its owner (see enter): no owner any more, then the process-wide barrier,
+ * after which the owner either sees that it owns nothing or is seen inside, and is waited for.
+ * Under c's lock. */
+void spool__front_revoke(spool__scache *c) {
+  atomic_store_explicit(&c->owner, 0, memory_order_relaxed);
+  if (c->revokes < 16) c->revokes++;
+  if (!spool__barrier_all()) {
+    /* Never seen after a successful registration; a pause lets any store in flight land. */
+    struct timespec ms = {0, 1000000};
+    nanosleep(&ms, NULL);
+  }
+  while (atomic_load_explicit(&c->inside, memory_order_acquire)) sched_yield();
+}
+
+/* ---- finding a stream's front ------------------------------------------------------------ */
+
+_Thread_local spool__front_slot spool__front_slots[SPOOL__FRONT_SLOTS];
+_Thread_local uint64_t spool__front_thread_no;
+static atomic_uint_fast64_t threads_seen;
+static _Thread_local unsigned slot_next; /* the slot the next new stream takes */
+
+uint64_t spool__front_thread_new(void) {
+  spool__front_thread_no = atomic_fetch_add(&threads_seen, 1) + 1;
+  return spool__front_thread_no;
+}
+
+/* Under the pool's lock. */
+spool__scache *spool__front_find(spool_pool *p, cudaStream_t key, uint64_t thread) {
+  for (spool__scache *c = p->caches; c; c = c->next)
+    if (c->stream == key && c->thread == thread) return c;
+  return NULL;
+}
+
+/* The first use of a stream by this thread (or its first since SPOOL__FRONT_SLOTS other
+ * streams took the slots): find or make its front under the pool's lock, and give it a slot,
+ * round robin. */
+spool_status spool__front_of_slow(spool_pool *p, cudaStream_t key, spool__scache **out,
+                                  const char *ctx) {
+  uint64_t thread = thread_of(key);
+  pthread_mutex_lock(&p->lock);
+  spool__scache *c = spool__front_find(p, key, thread);
+  if (!c && (c = spool__zalloc_aligned(sizeof *c)) != NULL) {
+    c->stream = key;
+    c->thread = thread;
+    c->may_own = p->cfg.cache_owner && spool__barrier_available();
+    if (c->may_own) atomic_store_explicit(&c->owner, my_thread(), memory_order_relaxed);
+    c->next = p->caches;
+    p->caches = c;
+  }
+  pthread_mutex_unlock(&p->lock);
+  if (!c)
+    return spool__fail(SPOOL_ERR_HOST_OOM, "%s: no host memory for the cache of stream %p",
+                       ctx, (void *)key);
+  spool__front_slots[slot_next++ % SPOOL__FRONT_SLOTS] =
+      (spool__front_slot){p->id, key, c};
+  *out = c;
+  return SPOOL_OK;
+}
+
+/* ---- totals -------------------------------------------------------------------------------- */
+
+static void atomic_max(atomic_uint_fast64_t *a, uint64_t v) {
+  uint_fast64_t cur = atomic_load_explicit(a, memory_order_relaxed);
+  while (cur < v &&
+         !atomic_compare_exchange_weak_explicit(a, &cur, v, memory_order_relaxed,
+                                                memory_order_relaxed)) {
+  }
+}
+
+void spool__totals_add(spool_pool *p, int64_t bytes, int64_t buffers) {
+  if (bytes) {
+    uint64_t b =
+        atomic_fetch_add_explicit(&p->total_bytes, (uint64_t)bytes, memory_order_relaxed);
+    if (bytes > 0) atomic_max(&p->peak_bytes, b + (uint64_t)bytes);
+  }
+  if (buffers) {
+    uint64_t n =
+        atomic_fetch_add_explicit(&p->total_buffers, (uint64_t)buffers, memory_order_relaxed);
+    if (buffers > 0) atomic_max(&p->peak_buffers, n + (uint64_t)buffers);
+  }
+}
+
+/* Puts c's share of the pool-wide totals at its current in-use. Under c's lock. Differences of
+ * unsigned counters wrap to the signed change. */
+void spool__front_publish(spool_pool *p, spool__scache *c) {
+  spool__totals_add(p, (int64_t)(c->c.bytes_in_use - c->pub_bytes),
+                    (int64_t)(c->c.buffers_in_use - c->pub_buffers));
+  c->pub_bytes = c->c.bytes_in_use;
+  c->pub_buffers = c->c.buffers_in_use;
+  c->ops = 0;
+}
+
+/* Every PUBLISH_EVERY operations: the buffer count's falls, which nothing else publishes. Bytes
+ * stay as they are: a fall within PUBLISH_SLACK is the bound the peaks allow, and publishing it
+ * would only make the next growth spool__front_publish again. */
+void spool__front_publish_buffers(spool_pool *p, spool__scache *c) {
+  spool__totals_add(p, 0, (int64_t)(c->c.buffers_in_use - c->pub_buffers));
+  c->pub_buffers = c->c.buffers_in_use;
+  c->ops = 0;
+}
+
+/* ---- bins ---------------------------------------------------------------------------------- */
+
+bool spool__front_bin_grow(spool__bin *bin) {
+  uint32_t cap = bin->cap ? bin->cap * 2 : 8;
+  uintptr_t *ptrs = realloc(bin->ptrs, cap * sizeof *ptrs);
+  if (!ptrs) return false;
+  bin->ptrs = ptrs;
+  bin->cap = cap;
+  return true;
+}
+
+/* Under the pool's lock: the record b of a freed block, out of every table, is remembered as
+ * freed (for double-free messages) and its block goes into the heap, pending on c's stream:
+ * every way a block leaves a stream's keeping ends here. */
+void spool__front_bury(spool_pool *p, spool__scache *c, const spool__buffer *b) {
+  spool__grave_bury(&p->graves, b);
+  spool__heap_release(p, &c->pend, b->blk);
+}
+
+/* Under c's lock and the pool's: the front block u (its bin entry is the caller's to drop) goes
+ * into the heap, pending on c's stream, and is remembered as freed (for double-free messages). */
+static void spill_one(spool_pool *p, spool__scache *c, uintptr_t u) {
+  spool__buffer b;
+  spool__table_remove(&c->blocks, u, &b);
+  c->c.bytes_cached -= b.bytes;
+  spool__front_bury(p, c, &b);
+}
+
+/* Under the pool's lock: the blocks of c's front that the stream has not taken back within its
+ * last `age` frees go into the heap (age 0: all of them). Within a bin the oldest lie first.
+ * With `due`, only when FRONT_AGE / 4 frees have passed since the last such look (a walk of the
+ * front: not on every miss). Returns how many blocks went. */
+uint32_t spool__front_spill(spool_pool *p, spool__scache *c, uint64_t age, bool due) {
+  lock(c);
+  uint32_t spilled = 0;
+  if (due && c->tick - c->spilled_at < SPOOL__FRONT_AGE / 4) {
+    unlock(c);
+    return 0;
+  }
+  if (due) c->spilled_at = c->tick;
+  uint64_t keep_from = c->tick > age ? c->tick - age : 0; /* with age > 0 */
+  for (unsigned w = 0; w < SPOOL__BIN_WORDS; w++) {
+    for (uint64_t m = c->front_map[w]; m; m &= m - 1) {
+      unsigned cls = w * 64 + (unsigned)__builtin_ctzll(m);
+      spool__bin *bin = &c->bins[cls];
+      uint32_t old = 0;
+      while (old < bin->count &&
+             (age == 0 || spool__table_lookup(&c->blocks, bin->ptrs[old])->tick < keep_from))
+        spill_one(p, c, bin->ptrs[old++]);
+      if (!old) continue;
+      memmove(bin->ptrs, bin->ptrs + old, (bin->count - old) * sizeof *bin->ptrs);
+      bin->count -= old;
+      c->front_blocks -= old;
+      spilled += old;
+      if (!bin->count) c->front_map[w] &= ~((uint64_t)1 << (cls % 64));
+    }
+  }
+  unlock(c);
+  return spilled;
+}
+
+/* ---- quarantine (poison=on) ---------------------------------------------------------------- */
+
+bool spool__quar_grow(spool__scache *c) {
+  uint32_t cap = c->quar_cap ? c->quar_cap * 2 : 16;
+  uintptr_t *q = malloc(cap * sizeof *q);
+  if (!q) return false;
+  for (uint32_t i = 0; i < c->quar_count; i++) q[i] = c->quar[(c->quar_head + i) % c->quar_cap];
+  free(c->quar);
+  c->quar = q;
+  c->quar_cap = cap;
+  c->quar_head = 0;
+  return true;
+}
+
+/* The oldest quarantined block, out of the ring (its record stays, freed, in c's table until it
+ * goes into the heap). Under c's lock. */
+uintptr_t spool__quar_pop(spool__scache *c) {
+  uintptr_t u = c->quar[c->quar_head];
+  c->quar_head = (c->quar_head + 1) % c->quar_cap;
+  c->quar_count--;
+  c->quar_bytes -= spool__table_lookup(&c->blocks, u)->bytes;
+  return u;
+}
+
+/* Under the pool's lock and c's: the quarantined block u goes into the heap. */
+void spool__quar_release(spool_pool *p, spool__scache *c, uintptr_t u) {
+  spool__buffer gone;
+  if (spool__table_remove(&c->blocks, u, &gone)) spool__front_bury(p, c, &gone);
+}
+
+/* Under the pool's lock: everything c keeps in quarantine goes into the heap. */
+void spool__quar_drain(spool_pool *p, spool__scache *c) {
+  lock(c);
+  while (c->quar_count) spool__quar_release(p, c, spool__quar_pop(c));
+  unlock(c);
+}
+

@@ -1,0 +1,191 @@
+/* A stream's front, the hot path's part: inline for heap.c (the hot path) and census.c (the
+ * whole-pool walks). The rest is in front.c. Private to those files. */
+#ifndef SPOOL_FRONT_H
+#define SPOOL_FRONT_H
+
+#include "internal.h"
+
+#define SPOOL__SEQ_BATCH 256     /* allocation numbers a front takes from the pool at a time */
+#define SPOOL__PUBLISH_EVERY 64  /* operations between publications of a front's totals */
+#define SPOOL__PUBLISH_SLACK ((uint64_t)1 << 20) /* a fall in use beyond it is published at once */
+/* A front block the stream has not taken back within this many of its frees is not one it
+ * repeats: the next miss puts it into the heap, where it can merge and serve any size. */
+#define SPOOL__FRONT_AGE 64
+#define SPOOL__FRONT_SLOTS 8    /* thread-local lookup slots (a power of two) */
+
+void spool__front_lock_slow(spool__scache *c);
+void spool__front_revoke(spool__scache *c);
+uint64_t spool__front_thread_new(void);
+
+/* ---- the front's lock ---------------------------------------------------------------------- */
+
+/* This thread's number: never reused, never 0. */
+extern _Thread_local uint64_t spool__front_thread_no;
+static inline uint64_t my_thread(void) {
+  uint64_t n = spool__front_thread_no;
+  return n ? n : spool__front_thread_new();
+}
+
+static inline void lock(spool__scache *c) {
+  if (atomic_exchange_explicit(&c->lock, 1, memory_order_acquire)) spool__front_lock_slow(c);
+  uint64_t owner = atomic_load_explicit(&c->owner, memory_order_relaxed);
+  if (owner != 0 && owner != my_thread()) spool__front_revoke(c);
+}
+
+static inline void unlock(spool__scache *c) {
+  atomic_store_explicit(&c->lock, 0, memory_order_release);
+}
+
+/* Hits and frees by one thread under the lock many times in a row make it the owner again (a
+ * stats read or another thread's visit cost it the ownership). Each time a cache is taken back
+ * the streak it needs doubles (up to 2^16 times), so that a cache that other threads keep
+ * visiting (frees from other streams, a monitor polling stats) settles on its lock instead of a
+ * barrier per visit. Under c's lock. */
+#define OWNER_STREAK 64
+
+static inline void count_streak(spool__scache *c) {
+  uint64_t me = my_thread();
+  if (c->streak_thread != me) {
+    c->streak_thread = me;
+    c->streak = 0;
+  } else if (c->may_own && ++c->streak >= (uint64_t)OWNER_STREAK << c->revokes) {
+    atomic_store_explicit(&c->owner, me, memory_order_relaxed);
+    c->streak = 0;
+  }
+}
+
+/* How a thread holds a cache: its lock, or as the cache's owner. */
+typedef enum { HELD_LOCK, HELD_OWNER } held;
+
+/* The owner's way in takes no atomic read-modify-write and no fence: it says it is inside, then
+ * checks that it still owns the front. A thread that takes ownership away (revoke) clears it and
+ * runs a barrier on every CPU of the process before it looks at `inside`: whichever side of that
+ * barrier the owner's check falls, either the owner sees it lost the cache, or its `inside` is
+ * seen and waited for. */
+static inline held enter(spool__scache *c) {
+  uint64_t me = my_thread();
+  if (atomic_load_explicit(&c->owner, memory_order_relaxed) == me) {
+    atomic_store_explicit(&c->inside, 1, memory_order_relaxed);
+    atomic_signal_fence(memory_order_seq_cst); /* the compiler keeps the store before the load */
+    if (atomic_load_explicit(&c->owner, memory_order_relaxed) == me) return HELD_OWNER;
+    atomic_store_explicit(&c->inside, 0, memory_order_release);
+  }
+  lock(c);
+  return HELD_LOCK;
+}
+
+static inline void leave(spool__scache *c, held h) {
+  if (h == HELD_OWNER) {
+    atomic_store_explicit(&c->inside, 0, memory_order_release);
+  } else {
+    count_streak(c);
+    unlock(c);
+  }
+}
+
+/* ---- finding a stream's front ------------------------------------------------------------ */
+
+typedef struct spool__front_slot {
+  uint64_t pool; /* pool id: ids are never reused, so a destroyed pool's slot never matches */
+  cudaStream_t stream;
+  spool__scache *cache;
+} spool__front_slot;
+
+
+extern _Thread_local spool__front_slot spool__front_slots[SPOOL__FRONT_SLOTS];
+
+static inline cudaStream_t key_of(cudaStream_t s) { return s == cudaStreamLegacy ? NULL : s; }
+
+
+static inline uint64_t thread_of(cudaStream_t key) {
+  return key == cudaStreamPerThread ? my_thread() : 0;
+}
+
+/* Under the pool's lock: the front of stream key used by thread (0: any thread), or NULL. */
+spool__scache *spool__front_find(spool_pool *p, cudaStream_t key, uint64_t thread);
+/* The first use of a stream by this thread (or its first since the slots were taken): finds or
+ * makes its front under the pool's lock and gives it a slot. */
+spool_status spool__front_of_slow(spool_pool *p, cudaStream_t key, spool__scache **out,
+                                  const char *ctx);
+
+/* A thread cycling over a few streams (4 in a round robin, say) finds each in the slots: a
+ * scan of all of them costs less than one collision that sends it to the pool's lock. */
+static inline spool_status cache_of(spool_pool *p, cudaStream_t stream, spool__scache **out,
+                                    const char *ctx) {
+  cudaStream_t key = key_of(stream);
+  uint64_t id = p->id;
+  for (unsigned i = 0; i < SPOOL__FRONT_SLOTS; i++) {
+    if (spool__front_slots[i].stream == key && spool__front_slots[i].pool == id) {
+      *out = spool__front_slots[i].cache;
+      return SPOOL_OK;
+    }
+  }
+  return spool__front_of_slow(p, key, out, ctx);
+}
+
+/* ---- totals -------------------------------------------------------------------------------- */
+
+/* Under c's lock: c's share of the pool-wide totals set to its in-use now (all of it, or the
+ * buffer count only). */
+void spool__front_publish(spool_pool *p, spool__scache *c);
+void spool__front_publish_buffers(spool_pool *p, spool__scache *c);
+
+/* Growth past the published share goes out at once (it may be a new peak); a fall of more than
+ * PUBLISH_SLACK too (left out, it would count twice once another stream grows); a smaller fall
+ * of bytes never by itself. A stream whose use moves within 1 MiB of its high publishes nothing
+ * but its buffer count now and then: threads on their own streams then share no written line. */
+static inline void after_op(spool_pool *p, spool__scache *c) {
+  uint64_t bytes = c->c.bytes_in_use;
+  if (bytes > c->pub_bytes || c->c.buffers_in_use > c->pub_buffers ||
+      c->pub_bytes - bytes > SPOOL__PUBLISH_SLACK)
+    spool__front_publish(p, c);
+  else if (++c->ops >= SPOOL__PUBLISH_EVERY && c->c.buffers_in_use != c->pub_buffers)
+    spool__front_publish_buffers(p, c);
+}
+
+static inline uint64_t next_seq(spool_pool *p, spool__scache *c) {
+  if (c->seq_next == c->seq_end) {
+    c->seq_next = atomic_fetch_add(&p->seq, SPOOL__SEQ_BATCH) + 1;
+    c->seq_end = c->seq_next + SPOOL__SEQ_BATCH;
+  }
+  return c->seq_next++;
+}
+/* ---- bins ---------------------------------------------------------------------------------- */
+
+bool spool__front_bin_grow(spool__bin *bin);
+static inline bool bin_push(spool__scache *c, unsigned cls, uintptr_t u) {
+  spool__bin *bin = &c->bins[cls];
+  if (bin->count == bin->cap && !spool__front_bin_grow(bin)) return false;
+  bin->ptrs[bin->count++] = u;
+  c->front_map[cls / 64] |= (uint64_t)1 << (cls % 64);
+  c->front_blocks++;
+  return true;
+}
+
+static inline uintptr_t bin_pop(spool__scache *c, unsigned cls) {
+  spool__bin *bin = &c->bins[cls];
+  uintptr_t u = bin->ptrs[--bin->count];
+  if (!bin->count) c->front_map[cls / 64] &= ~((uint64_t)1 << (cls % 64));
+  c->front_blocks--;
+  return u;
+}
+
+/* ---- leaving the front ---------------------------------------------------------------------- */
+
+/* Under the pool's lock: the record b of a freed block, out of every table, is remembered as
+ * freed (for double-free messages) and its block goes into the heap, pending on c's stream:
+ * every way a block leaves a stream's keeping ends here. */
+void spool__front_bury(spool_pool *p, spool__scache *c, const spool__buffer *b);
+/* Under the pool's lock: the blocks of c's front that the stream has not taken back within its
+ * last `age` frees go into the heap (age 0: all of them); with `due`, only every FRONT_AGE / 4
+ * frees. Returns how many went. */
+uint32_t spool__front_spill(spool_pool *p, spool__scache *c, uint64_t age, bool due);
+
+/* poison=on: the ring of c's freed blocks kept out of reuse. Under c's lock, except drain,
+ * which takes it under the pool's. */
+bool spool__quar_grow(spool__scache *c);
+uintptr_t spool__quar_pop(spool__scache *c);
+void spool__quar_release(spool_pool *p, spool__scache *c, uintptr_t u);
+void spool__quar_drain(spool_pool *p, spool__scache *c);
+
+#endif

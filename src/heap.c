@@ -1,0 +1,848 @@
+/* The hot path: where an allocation comes from and where a free goes.
+ *
+ * A block freed on stream S may be handed out again on S at once: stream order makes the new
+ * owner's work run after the old owner's. So each stream keeps its last freed blocks ready in
+ * bins by size class (its front, front.h), and an allocation that finds one of its class there
+ * makes no CUDA call (the capture check aside) and takes only that stream's lock. Threads find
+ * their stream's front through a few thread-local slots, so the hit path touches no memory that
+ * threads on other streams write.
+ *
+ * - A miss puts the stream's stale front blocks into the heap (chunks.c: pending on S, merged
+ *   with their free neighbours) and takes a block of the size asked from the heap: the front
+ *   holds only what a stream repeats, never a cover of every size it has seen. A free that
+ *   would take the front past front_limit goes into the heap at once (one block is kept).
+ * - Other streams reach S's memory only through the heap, after S's fence (chunks.c).
+ * - Under stream capture the heap is bypassed: a reused pointer would be baked into the graph.
+ *   Blocks allocated under capture go through the uncached path (cudaMallocFromPoolAsync, the
+ *   pool's table); a heap buffer freed under capture is refused (CUDA would refuse it too, and
+ *   break the capture).
+ * - The legacy stream has two handles (NULL and cudaStreamLegacy): one front.
+ *   cudaStreamPerThread is one handle for a different stream in every thread: one front per
+ *   thread.
+ * - Counters are per stream, summed for spool_stats (census.c). Each stream publishes its share
+ *   of the pool-wide in-use totals at once when it grows past what it published or falls more
+ *   than PUBLISH_SLACK below it: so the pool-wide peak is exact for one stream, and with
+ *   several streams counts each at most 1 MiB high.
+ *
+ * A free goes, in order: to the hand-off (a buffer with recorded streams), the freeing
+ * stream's front, the pool's table (the uncached path), another stream's front; else it is
+ * refused, with the facts for refuse.c's words.
+ *
+ * Locks: the pool's lock may be held when a front's lock is taken, never the other way round.
+ * The heap is under the pool's lock. */
+#include "capture.h"
+#include "front.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char ALLOC[] = "spool_alloc";
+static const char FREE[] = "spool_free";
+
+/* Whether spool_alloc/spool_free may use the heap for size bytes (asked on every allocation). */
+static inline bool cacheable(const spool_pool *pool, size_t size) {
+  return pool->cfg.cache && size <= pool->cfg.heap_max_block;
+}
+
+/* Where a stream's front leaves a free. DONE: taken, *s says how it went; PASS: not a block of
+ * the stream's front, look further; CACHED: ptr is already freed and sits in a front (*dead is
+ * its record). */
+typedef enum { SPOOL__FREE_DONE, SPOOL__FREE_PASS, SPOOL__FREE_CACHED } spool__free_result;
+
+#define POISON_NEW 0xA5  /* uninitialised reads show as 0xA5A5A5A5 */
+#define POISON_FREED 0xDD /* reads after the free show as 0xDDDDDDDD */
+
+/* ---- counters (under the lock) ---------------------------------------------------------- */
+
+static void count_alloc(spool_pool *p, uint64_t size, bool bytes_known) {
+  spool__counters *c = &p->c;
+  c->allocs++;
+  c->bytes_allocated += size;
+  if (bytes_known) c->bytes_in_use += size;
+  c->buffers_in_use++;
+  spool__totals_add(p, bytes_known ? (int64_t)size : 0, 1);
+}
+
+static void count_table_free(spool_pool *p, uint64_t size) {
+  spool__counters *c = &p->c;
+  c->frees++;
+  c->bytes_in_use -= size;
+  /* track=off cannot tell a foreign pointer */
+  int64_t buffers = c->buffers_in_use ? -1 : 0;
+  c->buffers_in_use += (uint64_t)buffers;
+  spool__totals_add(p, -(int64_t)size, buffers);
+}
+
+static void count_failure(spool_pool *p, spool_status s) {
+  pthread_mutex_lock(&p->lock);
+  p->c.alloc_failures++;
+  if (s == SPOOL_ERR_OOM) p->c.ooms++;
+  pthread_mutex_unlock(&p->lock);
+}
+
+/* ---- alloc ---------------------------------------------------------------------------------- */
+
+static spool_status pool_alloc_for(spool_pool *p, void **out, size_t size, size_t asked,
+                                   cudaStream_t stream) {
+  cudaError_t err = cudaMallocFromPoolAsync(out, size, p->handle, stream);
+  if (err == cudaSuccess) return SPOOL_OK;
+  if (err == cudaErrorMemoryAllocation) {
+    spool__clear_cuda_error();
+    return spool__alloc_after_oom(p, out, size, asked, stream);
+  }
+  char a[SPOOL__SIZE_TEXT];
+  return spool__fail_cuda(err, "cudaMallocFromPoolAsync", "%s: %s on stream %p, device %d", ALLOC,
+                          spool__format_size(size, a), (void *)stream, p->device);
+}
+
+static spool_status pool_alloc(spool_pool *p, void **out, size_t size, cudaStream_t stream) {
+  return pool_alloc_for(p, out, size, size, stream);
+}
+
+/* Gives back a buffer the caller will never see (a later step failed). */
+static void undo_alloc(void *ptr, cudaStream_t stream, spool_status s) {
+  cudaError_t err = cudaFreeAsync(ptr, stream);
+  if (err != cudaSuccess) spool__also_failed(s, err, "freeing the new buffer");
+}
+
+static spool_status poison(void *ptr, int value, size_t size, cudaStream_t stream,
+                           const char *ctx) {
+  if (size == 0) return SPOOL_OK;
+  cudaError_t err = cudaMemsetAsync(ptr, value, size, stream);
+  if (err != cudaSuccess)
+    return spool__fail_cuda(err, "cudaMemsetAsync", "%s: poisoning %p with 0x%02X", ctx, ptr,
+                            (unsigned)value);
+  return SPOOL_OK;
+}
+
+static spool_status poison_new(spool_pool *pool, void *ptr, size_t size,
+                               cudaStream_t stream) {
+  return pool->cfg.poison ? poison(ptr, POISON_NEW, size, stream, ALLOC) : SPOOL_OK;
+}
+
+static spool_status poison_freed(spool_pool *pool, void *ptr, size_t size,
+                                 cudaStream_t stream) {
+  if (!pool->cfg.poison) return SPOOL_OK;
+  spool_status s = poison(ptr, POISON_FREED, size, stream, FREE);
+  return s == SPOOL_OK ? s : spool__append(s, "; %p stays allocated", ptr);
+}
+
+/* Enters the new buffer in the table (unless track=off) and the counters; graph: it was
+ * allocated during a capture (issue 5). */
+static spool_status record(spool_pool *p, void *ptr, size_t size, cudaStream_t stream,
+                           const spool__site *site, bool graph) {
+  spool_status s = SPOOL_OK;
+  spool_track track = p->cfg.track;
+  /* Keeping the caller's site costs a copy; only the age's clock read is left to track=full. */
+  spool__buffer b = {.ptr = (uintptr_t)ptr, .size = size, .stream = stream, .born = *site,
+                     .graph = graph};
+  if (track == SPOOL_TRACK_FULL) b.born_ns = spool__now_ns();
+  b.seq = atomic_fetch_add(&p->seq, 1) + 1;
+  pthread_mutex_lock(&p->lock);
+  if (track != SPOOL_TRACK_OFF) {
+    s = spool__table_insert(&p->live, &b);
+    if (s == SPOOL_OK) spool__grave_forget(&p->graves, b.ptr); /* the address is live again */
+  }
+  if (s == SPOOL_OK) count_alloc(p, size, track != SPOOL_TRACK_OFF);
+  pthread_mutex_unlock(&p->lock);
+  return s;
+}
+
+spool_status spool__record_alloc(spool_pool *p, void *ptr, size_t size, cudaStream_t stream,
+                                 const spool__site *site) {
+  return record(p, ptr, size, stream, site, false);
+}
+
+
+/* ---- allocation ----------------------------------------------------------------------------- */
+
+/* Under c's lock: b becomes the caller's buffer. */
+static inline void make_live(spool_pool *p, spool__scache *c, spool__buffer *b, size_t size,
+                             cudaStream_t stream, const spool__site *site) {
+  b->state = SPOOL__LIVE;
+  b->size = size;
+  b->stream = stream;
+  b->seq = next_seq(p, c);
+  b->born = *site;
+  b->born_ns = p->cfg.track == SPOOL_TRACK_FULL ? spool__now_ns() : 0;
+  if (spool__nvtx_on(p)) spool__nvtx_region_slow(b->blk->chunk->nvtx, b->ptr, size);
+  c->c.allocs++;
+  c->c.bytes_allocated += size;
+  c->c.bytes_in_use += size;
+  c->c.buffers_in_use++;
+  after_op(p, c);
+}
+
+/* Classes above a request a hit may take a block from: eight, so at most twice the size. A
+ * stream that sees many sizes (a log-uniform mix) then finds a block within an octave rather
+ * than one of its exact class. */
+#define FIT_CLASSES 8
+
+/* The first non-empty front bin in (cls, cls + FIT_CLASSES], or 0. */
+static inline unsigned bin_above(const spool__scache *c, unsigned cls) {
+  unsigned last = cls + FIT_CLASSES < SPOOL__CLASSES ? cls + FIT_CLASSES : SPOOL__CLASSES - 1;
+  for (unsigned k = cls + 1; k <= last;) {
+    uint64_t m = c->front_map[k / 64] >> (k % 64);
+    if (m) {
+      k += (unsigned)__builtin_ctzll(m);
+      return k <= last ? k : 0;
+    }
+    k = (k / 64 + 1) * 64;
+  }
+  return 0;
+}
+
+/* The most recently freed front block of class cls if it holds size bytes (a class spans up to
+ * 1/8 of its size), else of the nearest class above within FIT_CLASSES; taken out of its bin.
+ * NULL when there is none. Under c's lock. */
+static inline spool__buffer *pop(spool__scache *c, unsigned cls, size_t size) {
+  spool__bin *bin = &c->bins[cls];
+  if (bin->count) {
+    spool__buffer *b = spool__table_lookup(&c->blocks, bin->ptrs[bin->count - 1]);
+    if (b->bytes >= size) {
+      bin_pop(c, cls);
+      return b;
+    }
+  }
+  unsigned k = bin_above(c, cls);
+  if (!k) return NULL;
+  return spool__table_lookup(&c->blocks, bin_pop(c, k));
+}
+
+/* Under c's lock: the front block b becomes the caller's buffer. */
+static inline void take_hit(spool_pool *p, spool__scache *c, spool__buffer *b, size_t size,
+                            cudaStream_t stream, const spool__site *site) {
+  c->c.hits++;
+  c->c.bytes_cached -= b->bytes;
+  make_live(p, c, b, size, stream, site);
+}
+
+/* A hit with poisoning: the memset runs without the lock, the block out of its bin meanwhile.
+ * If the memset cannot be queued the block goes back to its bin, which it just left: the push
+ * needs no new memory. */
+static spool_status hit_poisoned(spool_pool *p, spool__scache *c, spool__buffer *b, size_t size,
+                                 cudaStream_t stream, const spool__site *site) {
+  uintptr_t u = b->ptr;
+  unsigned cls = b->cls;
+  spool_status s = poison_new(p, (void *)u, size, stream);
+  lock(c);
+  b = spool__table_lookup(&c->blocks, u);
+  if (s == SPOOL_OK) take_hit(p, c, b, size, stream, site);
+  else (void)bin_push(c, cls, u);
+  unlock(c);
+  return s;
+}
+
+
+/* A chunk from the pool for a block of need bytes: the band's chunk, or near a limit just the
+ * block (a request that fits what the device or max_size allows never fails for rounding).
+ * The out-of-memory policy runs on the second. On SPOOL_ERR_OOM the policy has flushed every
+ * front into the heap, so the heap is asked once more: what an OOM handler freed is there. */
+static spool_status new_chunk(spool_pool *p, spool__scache *c, uint64_t need, size_t size,
+                              cudaStream_t stream, spool__block **out) {
+  uint64_t bytes = spool__chunk_size(need);
+  void *u = NULL;
+  cudaError_t err = cudaMallocFromPoolAsync(&u, bytes, p->handle, stream);
+  spool_status s = SPOOL_OK;
+  if (err != cudaSuccess && err != cudaErrorMemoryAllocation) {
+    char a[SPOOL__SIZE_TEXT];
+    return spool__fail_cuda(err, "cudaMallocFromPoolAsync", "%s: a heap chunk of %s on stream "
+                            "%p, device %d", ALLOC, spool__format_size(bytes, a),
+                            (void *)stream, p->device);
+  }
+  if (err != cudaSuccess) {
+    spool__clear_cuda_error();
+    bytes = need;
+    s = pool_alloc_for(p, &u, (size_t)need, size, stream);
+  }
+  pthread_mutex_lock(&p->lock);
+  if (s == SPOOL_ERR_OOM) *out = spool__heap_fit(p, &c->pend, need);
+  else if (s == SPOOL_OK) *out = spool__heap_add_chunk(p, &c->pend, (uintptr_t)u, bytes, need);
+  pthread_mutex_unlock(&p->lock);
+  if (s == SPOOL_ERR_OOM) return *out ? SPOOL_OK : s;
+  if (s == SPOOL_OK && !*out) {
+    s = spool__fail(SPOOL_ERR_HOST_OOM, "%s: no host memory for the records of a new heap "
+                    "chunk", ALLOC);
+    err = cudaFreeAsync(u, stream);
+    if (err != cudaSuccess) spool__also_failed(s, err, "giving the chunk back");
+  }
+  return s;
+}
+
+/* Enters the heap block blk in c's table as the caller's buffer. Under the pool's lock; on
+ * failure the block goes back into the heap. */
+static spool_status adopt_locked(spool_pool *p, spool__scache *c, spool__block *blk, size_t size,
+                                 cudaStream_t stream, const spool__site *site) {
+  spool__buffer b = {.ptr = blk->addr, .bytes = blk->bytes, .blk = blk};
+  spool__grave_forget(&p->graves, b.ptr); /* the address is live again */
+  lock(c);
+  spool_status s = spool__table_insert(&c->blocks, &b);
+  if (s == SPOOL_OK) {
+    c->c.misses++;
+    make_live(p, c, spool__table_lookup(&c->blocks, b.ptr), size, stream, site);
+  }
+  unlock(c);
+  if (s != SPOOL_OK) spool__heap_release(p, &c->pend, blk);
+  return s;
+}
+
+/* The same for a block placed outside the lock (a new chunk, poisoning): takes it, or gives the
+ * block back when poisoning failed (s). */
+static spool_status adopt(spool_pool *p, spool__scache *c, spool__block *blk, size_t size,
+                          cudaStream_t stream, const spool__site *site, spool_status s) {
+  pthread_mutex_lock(&p->lock);
+  if (s == SPOOL_OK) s = adopt_locked(p, c, blk, size, stream, site);
+  else spool__heap_release(p, &c->pend, blk);
+  pthread_mutex_unlock(&p->lock);
+  return s;
+}
+
+/* A front miss: the front's stale blocks go into the heap, and the heap serves the request
+ * (from the stream's own free ranges, the shared ones, those another stream's fence has just
+ * made shared, the rest of the front merged in, or a new chunk). */
+static SPOOL__NOINLINE spool_status miss(spool_pool *p, spool__scache *c, void **ptr,
+                                         size_t size, cudaStream_t stream,
+                                         const spool__site *site) {
+  uint64_t need = ((uint64_t)size + SPOOL__MIN_BLOCK - 1) / SPOOL__MIN_BLOCK * SPOOL__MIN_BLOCK;
+  pthread_mutex_lock(&p->lock);
+  spool__front_spill(p, c, SPOOL__FRONT_AGE, true);
+  spool__heap_stream_op(p, &c->pend, stream);
+  spool__block *blk = spool__heap_fit(p, &c->pend, need);
+  if (!blk && spool__heap_publish_ready(p)) blk = spool__heap_fit(p, &c->pend, need);
+  if (!blk && spool__front_spill(p, c, 0, false)) /* before a new chunk: the rest may merge */
+    blk = spool__heap_fit(p, &c->pend, need);
+  spool__heap_idle(p, &c->pend, stream);
+  spool_status s = SPOOL_OK;
+  bool taken = blk && !p->cfg.poison; /* the common case: one critical section */
+  if (taken) s = adopt_locked(p, c, blk, size, stream, site);
+  pthread_mutex_unlock(&p->lock);
+  if (!taken) {
+    if (!blk) s = new_chunk(p, c, need, size, stream, &blk);
+    if (s != SPOOL_OK) return s;
+    s = adopt(p, c, blk, size, stream, site, poison_new(p, (void *)blk->addr, size, stream));
+  }
+  if (s == SPOOL_OK) *ptr = (void *)blk->addr;
+  return s;
+}
+
+/* The stream must be of the pool's device: asked once per front for a created stream, whose
+ * device never changes, and every time for the handles that mean "the current device's
+ * stream". */
+static inline spool_status device_ok(spool_pool *p, spool__scache *c, cudaStream_t stream) {
+  bool special = spool__current_device_stream(stream);
+  if (!special && atomic_load_explicit(&c->device_checked, memory_order_relaxed)) return SPOOL_OK;
+  spool_status s = spool__stream_device_check(p, stream, ALLOC);
+  if (s == SPOOL_OK && !special) atomic_store_explicit(&c->device_checked, true,
+                                                       memory_order_relaxed);
+  return s;
+}
+
+static bool front_alloc(spool_pool *p, void **ptr, size_t size, cudaStream_t stream,
+                        const spool__site *site, spool_status *s) {
+  spool__scache *c;
+  *s = cache_of(p, stream, &c, ALLOC);
+  if (*s != SPOOL_OK) return true;
+  if (p->cfg.capture_check) {
+    bool capturing = false;
+    *s = spool__stream_capturing(stream, &capturing, ALLOC);
+    if (*s != SPOOL_OK) return true;
+    if (capturing) return false;
+  }
+  *s = device_ok(p, c, stream); /* after the capture check: it would break a capture */
+  if (*s != SPOOL_OK) return true;
+  held h = enter(c);
+  unsigned cls = spool__class_of(size);
+  c->last_cls = cls;
+  spool__buffer *b = pop(c, cls, size);
+  uintptr_t u = b ? b->ptr : 0;
+  if (b && !p->cfg.poison) take_hit(p, c, b, size, stream, site);
+  leave(c, h);
+  if (b && p->cfg.poison) *s = hit_poisoned(p, c, b, size, stream, site);
+  else if (!b) *s = miss(p, c, ptr, size, stream, site);
+  if (b && *s == SPOOL_OK) *ptr = (void *)u;
+  return true;
+}
+spool_status spool__alloc_site(spool_pool *pool, void **ptr, size_t size, cudaStream_t stream,
+                               const spool__site *site) {
+  if (ptr) *ptr = NULL;
+  if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", ALLOC);
+  if (!ptr) return spool__fail(SPOOL_ERR_INVALID, "%s: ptr is NULL", ALLOC);
+  if (size == 0) return SPOOL_OK;
+
+  /* issue 6: an imported pool, or a shareable one under capture (a flag test for others). The
+   * stream's device is checked by the cache once per stream, and below for the uncached path. */
+  spool_status s = pool->imported || pool->cfg.ipc != SPOOL_IPC_NONE
+                       ? spool__ipc_alloc_check(pool, stream)
+                       : SPOOL_OK;
+  void *p = NULL;
+  bool capturing = false;
+  if (s == SPOOL_OK && cacheable(pool, size)) {
+    if (front_alloc(pool, &p, size, stream, site, &s)) {
+      if (s != SPOOL_OK) count_failure(pool, s);
+      else *ptr = p;
+      return s;
+    }
+    capturing = true; /* the cache passes on only allocations under capture */
+  } else if (s == SPOOL_OK) {
+    s = spool__stream_capturing(stream, &capturing, ALLOC);
+  }
+  /* cudaStreamGetDevice breaks a capture (as the H200 showed): the device is checked only
+   * outside one; the cache checked this stream before. */
+  if (s == SPOOL_OK && !capturing) s = spool__stream_device_check(pool, stream, ALLOC);
+  if (s == SPOOL_OK) s = pool_alloc(pool, &p, size, stream);
+  if (s == SPOOL_OK && pool->cfg.poison) {
+    s = poison(p, POISON_NEW, size, stream, ALLOC);
+    if (s != SPOOL_OK) undo_alloc(p, stream, s);
+  }
+  if (s == SPOOL_OK) {
+    s = record(pool, p, size, stream, site, capturing);
+    /* Untracked memory could never be freed through spool: give it back now. */
+    if (s != SPOOL_OK) undo_alloc(p, stream, s);
+  }
+  if (s != SPOOL_OK) {
+    count_failure(pool, s);
+    return s;
+  }
+  *ptr = p;
+  return SPOOL_OK;
+}
+
+spool_status spool_alloc(spool_pool *pool, void **ptr, size_t size, cudaStream_t stream) {
+  static const spool__site none = {NULL, NULL, 0, 0};
+  return spool__alloc_site(pool, ptr, size, stream, &none);
+}
+
+spool_status spool_alloc_at(spool_pool *pool, void **ptr, size_t size, cudaStream_t stream,
+                            const char *file, int line) {
+  spool__site site = {file, NULL, line, 0};
+  return spool__alloc_site(pool, ptr, size, stream, &site);
+}
+
+spool_status spool_alloc_tagged(spool_pool *pool, void **ptr, size_t size, cudaStream_t stream,
+                                const char *tag) {
+  spool__site site = {NULL, tag, 0, 0};
+  return spool__alloc_site(pool, ptr, size, stream, &site);
+}
+
+
+/* ---- free --------------------------------------------------------------------------------- */
+
+/* Under c's lock: the live buffer b is freed, as the counters and memory tools see it. */
+static SPOOL__INLINE void count_free(spool_pool *p, spool__scache *c, const spool__buffer *b) {
+  if (spool__nvtx_on(p)) spool__nvtx_release_slow(p, b->ptr, b->size);
+  c->c.frees++;
+  c->c.bytes_in_use -= b->size;
+  c->c.buffers_in_use--;
+  after_op(p, c);
+}
+
+/* Whether c's front takes one more block b: within front_limit, or, into an empty front, a
+ * block of the size the stream allocated last (a loop of one size, however large, stays on the
+ * hit path; a stream of ever-changing sizes does not hold a large block idle). */
+static SPOOL__INLINE bool front_admits(const spool_pool *p, const spool__scache *c,
+                                       const spool__buffer *b) {
+  return c->c.bytes_cached + b->bytes <= p->cfg.front_limit ||
+         (c->front_blocks == 0 && spool__class_of(b->size) == c->last_cls);
+}
+
+/* Under c's lock: the live block b, freed on c's stream, goes into the front bin of the size it
+ * was asked for (a repeat of that size finds it). False when the bin cannot grow. */
+static SPOOL__INLINE bool to_bin(spool_pool *p, spool__scache *c, spool__buffer *b,
+                          const spool__site *site) {
+  unsigned cls = spool__class_of(b->size);
+  if (!bin_push(c, cls, b->ptr)) return false;
+  b->cls = (uint16_t)cls;
+  b->state = SPOOL__CACHED;
+  b->died = *site;
+  b->tick = ++c->tick;
+  c->c.bytes_cached += b->bytes;
+  count_free(p, c, b);
+  return true;
+}
+
+/* Under c's lock, held as h (left here): the live block b goes into the heap, pending on c's
+ * stream. With the pool's lock held (pool_locked) it is taken no second time. Until it is in
+ * the graveyard its record stays in c's table, freed: a concurrent free of the same pointer,
+ * which looks in the fronts and then in the graveyard, finds it in one of them. */
+static void to_heap(spool_pool *p, spool__scache *c, spool__buffer *b, cudaStream_t stream,
+                    const spool__site *site, held h, bool pool_locked) {
+  uintptr_t u = b->ptr;
+  b->state = SPOOL__CACHED;
+  b->died = *site;
+  count_free(p, c, b);
+  if (!pool_locked) {
+    leave(c, h);
+    pthread_mutex_lock(&p->lock);
+    h = enter(c);
+  }
+  spool__buffer gone;
+  spool__table_remove(&c->blocks, u, &gone);
+  leave(c, h);
+  spool__front_bury(p, c, &gone);
+  spool__heap_stream_op(p, &c->pend, stream);
+  if (!pool_locked) pthread_mutex_unlock(&p->lock);
+}
+
+/* ---- quarantine (poison=on) ---------------------------------------------------------------- */
+
+#define QUAR_OUT_MAX 8 /* blocks one free lets out at most: bounded work per call */
+
+/* Under c's lock, held as h (left here): the freed (and poisoned) block b waits in c's
+ * quarantine; what is past its bounds, oldest first, goes into the heap. */
+static void quarantine_in(spool_pool *p, spool__scache *c, spool__buffer *b, cudaStream_t stream,
+                          const spool__site *site, held h, bool pool_locked) {
+  if (c->quar_count == c->quar_cap && !spool__quar_grow(c)) {
+    to_heap(p, c, b, stream, site, h, pool_locked); /* no host memory: no quarantine */
+    return;
+  }
+  b->state = SPOOL__CACHED;
+  b->died = *site;
+  b->tick = ++c->tick;
+  c->quar[(c->quar_head + c->quar_count++) % c->quar_cap] = b->ptr;
+  c->quar_bytes += b->bytes;
+  count_free(p, c, b);
+  uintptr_t out[QUAR_OUT_MAX];
+  unsigned n = 0;
+  while (n < QUAR_OUT_MAX && c->quar_count &&
+         (c->quar_count > p->cfg.quarantine || c->quar_bytes > SPOOL_QUARANTINE_BYTES))
+    out[n++] = spool__quar_pop(c);
+  leave(c, h);
+  if (!n) return;
+  if (!pool_locked) pthread_mutex_lock(&p->lock);
+  lock(c);
+  for (unsigned i = 0; i < n; i++) spool__quar_release(p, c, out[i]);
+  spool__heap_stream_op(p, &c->pend, stream);
+  unlock(c);
+  if (!pool_locked) pthread_mutex_unlock(&p->lock);
+}
+
+/* A free during a capture of memory the capture did not allocate. CUDA would refuse it
+ * and invalidate the capture; spool refuses it first, and the capture goes on. */
+static spool_status refuse_in_capture(void *ptr, cudaStream_t stream) {
+  return spool__fail(SPOOL_ERR_INVALID,
+                     "%s: %p was allocated outside the capture that stream %p is in; freeing "
+                     "it inside would break the capture (a graph frees only what it "
+                     "allocated): free it after cudaStreamEndCapture; nothing was freed", FREE,
+                     ptr, (void *)stream);
+}
+
+/* free_live's rare cases: capture, poisoning, a full front, no host memory. */
+static SPOOL__NOINLINE spool_status free_live_slow(spool_pool *p, spool__scache *c,
+                                                  spool__buffer *b, cudaStream_t stream,
+                                                  const spool__site *site, bool capturing,
+                                                  held h, bool pool_locked) {
+  if (capturing) {
+    /* CUDA refuses to free in a graph what the graph did not allocate, and the refusal breaks
+     * the capture; the heap would hand the block out before the graph ever ran. */
+    leave(c, h);
+    return refuse_in_capture((void *)b->ptr, stream);
+  }
+  spool_status s = poison_freed(p, (void *)b->ptr, (size_t)b->size, stream);
+  if (s != SPOOL_OK) {
+    leave(c, h);
+    return s;
+  }
+  if (p->cfg.poison && p->cfg.quarantine) {
+    quarantine_in(p, c, b, stream, site, h, pool_locked);
+    return SPOOL_OK;
+  }
+  if (front_admits(p, c, b) && to_bin(p, c, b, site)) {
+    leave(c, h);
+    return SPOOL_OK;
+  }
+  to_heap(p, c, b, stream, site, h, pool_locked);
+  return SPOOL_OK;
+}
+
+/* Frees the live block b of c's table. c is held as h; leaves it. */
+static SPOOL__INLINE spool_status free_live(spool_pool *p, spool__scache *c, spool__buffer *b,
+                                     cudaStream_t stream, const spool__site *site,
+                                     bool capturing, held h, bool pool_locked) {
+  if (!capturing && !p->cfg.poison && front_admits(p, c, b) && to_bin(p, c, b, site)) {
+    leave(c, h);
+    return SPOOL_OK;
+  }
+  return free_live_slow(p, c, b, stream, site, capturing, h, pool_locked);
+}
+
+/* Capture state of the freeing stream (capture_check=on). Every block the heap holds was
+ * allocated outside any capture (captures bypass the heap), so a heap buffer freed inside one
+ * must be refused: taken into the front, it would be handed out again before the graph ever
+ * ran, and each replay would write into its next owner's data. That costs a second driver call
+ * per pair; capture_check=off drops both. */
+static spool_status free_capturing(const spool_pool *p, cudaStream_t stream, bool *capturing) {
+  *capturing = false;
+  if (!p->cfg.capture_check) return SPOOL_OK;
+  return spool__stream_capturing(stream, capturing, FREE);
+}
+
+/* The freeing stream's front, and whether that stream is being captured. */
+static inline spool_status freeing_cache(spool_pool *p, cudaStream_t stream, spool__scache **c,
+                                         bool *capturing) {
+  spool_status s = cache_of(p, stream, c, FREE);
+  return s == SPOOL_OK ? free_capturing(p, stream, capturing) : s;
+}
+
+static spool__free_result front_free(spool_pool *p, void *ptr, cudaStream_t stream,
+                                     const spool__site *site, spool_status *s,
+                                     spool__buffer *dead) {
+  spool__scache *c;
+  bool capturing;
+  *s = freeing_cache(p, stream, &c, &capturing);
+  if (*s != SPOOL_OK) return SPOOL__FREE_DONE;
+  held h = enter(c);
+  spool__buffer *b = spool__table_lookup(&c->blocks, (uintptr_t)ptr);
+  if (!b || b->state == SPOOL__CACHED) {
+    if (b) *dead = *b;
+    leave(c, h);
+    return b ? SPOOL__FREE_CACHED : SPOOL__FREE_PASS;
+  }
+  *s = free_live(p, c, b, stream, site, capturing, h, false);
+  return SPOOL__FREE_DONE;
+}
+
+/* Takes ptr's live record out of whichever other front holds it. Under the pool's lock. */
+static spool__free_result take_from_other(spool_pool *p, const spool__scache *self, uintptr_t u,
+                                          spool__buffer *out) {
+  spool__free_result r = SPOOL__FREE_PASS;
+  for (spool__scache *c = p->caches; c && r == SPOOL__FREE_PASS; c = c->next) {
+    if (c == self) continue;
+    lock(c);
+    spool__buffer *b = spool__table_lookup(&c->blocks, u);
+    if (b && b->state == SPOOL__CACHED) {
+      *out = *b;
+      r = SPOOL__FREE_CACHED;
+    } else if (b) {
+      spool__table_remove(&c->blocks, u, out);
+      c->c.bytes_in_use -= out->size; /* the freeing stream's front takes it over */
+      c->c.buffers_in_use--;
+      after_op(p, c);
+      r = SPOOL__FREE_DONE;
+    }
+    unlock(c);
+  }
+  return r;
+}
+
+/* The move and the free happen under the pool's lock, so that a concurrent free of the same
+ * pointer finds it either live in its first front or freed in the second (a double free), and
+ * a stats snapshot never sees it in neither. */
+static spool__free_result free_moved(spool_pool *p, void *ptr, cudaStream_t stream,
+                                     const spool__site *site, spool_status *s,
+                                     spool__buffer *dead) {
+  spool__scache *c;
+  bool capturing;
+  *s = freeing_cache(p, stream, &c, &capturing);
+  if (*s != SPOOL_OK) return SPOOL__FREE_DONE;
+  spool__buffer b;
+  pthread_mutex_lock(&p->lock);
+  spool__free_result r = take_from_other(p, c, (uintptr_t)ptr, &b);
+  if (r == SPOOL__FREE_CACHED) *dead = b;
+  if (r == SPOOL__FREE_DONE) {
+    lock(c);
+    *s = spool__table_insert(&c->blocks, &b);
+    if (*s == SPOOL_OK) {
+      c->c.bytes_in_use += b.size;
+      c->c.buffers_in_use++;
+      *s = free_live(p, c, spool__table_lookup(&c->blocks, b.ptr), stream, site, capturing,
+                     HELD_LOCK, true);
+    } else {
+      /* No host memory to keep the record: the block goes into the heap without it. */
+      if (spool__nvtx_on(p)) spool__nvtx_release_slow(p, b.ptr, b.size);
+      c->c.frees++;
+      unlock(c);
+      b.died = *site;
+      spool__front_bury(p, c, &b);
+      *s = SPOOL_OK;
+    }
+  }
+  pthread_mutex_unlock(&p->lock);
+  return r;
+}
+
+/* ---- a free that must not reach the driver ------------------------------------------------ */
+
+/* Under the pool's lock: what its own table and graveyard know of the refused ptr, read in the
+ * same critical section as the failed removal, so that another thread handed the same address
+ * meanwhile cannot change the verdict. */
+static void classify_own(spool_pool *p, uintptr_t ptr, spool__refusal *r) {
+  p->c.bad_frees++;
+  const spool__buffer *b = spool__table_containing(&p->live, ptr);
+  if (b) r->inside = true, r->inside_buf = *b;
+  b = spool__table_find(&p->graves.freed, ptr);
+  if (b) r->freed = true, r->freed_buf = *b;
+}
+
+/* ---- free ----------------------------------------------------------------------------------- */
+
+/* track=off: no table to check against; the driver judges the pointer. */
+static spool_status free_untracked(spool_pool *p, void *ptr, cudaStream_t stream) {
+  cudaError_t err = cudaFreeAsync(ptr, stream);
+  if (err != cudaSuccess)
+    return spool__fail_cuda(err, "cudaFreeAsync", "%s: %p on stream %p (track=off: spool did "
+                            "not check the pointer)", FREE, ptr, (void *)stream);
+  pthread_mutex_lock(&p->lock);
+  count_table_free(p, 0);
+  pthread_mutex_unlock(&p->lock);
+  return SPOOL_OK;
+}
+
+/* Under the pool's lock: poisons and frees b; on success buries it, on failure puts it back.
+ * The lock is held across the CUDA calls: once the driver has the memory back, another thread
+ * may be handed the same address and must find its slot empty; and if the driver refuses, the
+ * record goes back into the slot just vacated, which no other thread can take. */
+static cudaError_t release_locked(spool_pool *pool, spool__buffer *b, cudaStream_t stream,
+                                  const spool__site *site, const char **api) {
+  cudaError_t err = cudaSuccess;
+  if (pool->cfg.poison) {
+    err = cudaMemsetAsync((void *)b->ptr, POISON_FREED, (size_t)b->size, stream);
+    if (err != cudaSuccess) *api = "cudaMemsetAsync (poisoning the freed buffer)";
+  }
+  if (err == cudaSuccess) err = cudaFreeAsync((void *)b->ptr, stream);
+  if (err == cudaSuccess) {
+    count_table_free(pool, b->size);
+    b->died = *site;
+    spool__grave_bury(&pool->graves, b);
+  } else {
+    (void)spool__table_insert(&pool->live, b); /* cannot fail: the removal left room */
+  }
+  return err;
+}
+
+/* The pool's own table (buffers of the uncached path), under its lock. 1 when ptr was there.
+ * *capturing: whether stream is being captured (capture_check=on), for the caller too. */
+static int free_tracked(spool_pool *pool, void *ptr, cudaStream_t stream, const spool__site *site,
+                        spool_status *s, bool *capturing) {
+  spool__buffer b;
+  cudaError_t err = cudaSuccess;
+  const char *api = "cudaFreeAsync";
+  if (pool->cfg.capture_check) { /* about 20 ns, against the microsecond of cudaFreeAsync */
+    *s = spool__stream_capturing(stream, capturing, FREE);
+    if (*s != SPOOL_OK) return 1;
+  }
+  pthread_mutex_lock(&pool->lock);
+  const spool__buffer *rec = *capturing ? spool__table_find(&pool->live, (uintptr_t)ptr) : NULL;
+  if (rec && !rec->graph) {
+    pthread_mutex_unlock(&pool->lock);
+    *s = refuse_in_capture(ptr, stream);
+    return 1;
+  }
+  int found = spool__table_remove(&pool->live, (uintptr_t)ptr, &b);
+  if (found) err = release_locked(pool, &b, stream, site, &api);
+  pthread_mutex_unlock(&pool->lock);
+  if (!found || err == cudaSuccess) return found;
+  char text[512];
+  /* A poisoning memset already queued cannot be taken back: say what the buffer holds now. */
+  bool poisoned = pool->cfg.poison && strcmp(api, "cudaFreeAsync") == 0;
+  *s = spool__fail_cuda(err, api, "%s: %s on stream %p; it stays allocated%s", FREE,
+                        spool__buffer_text(&b, text, sizeof text), (void *)stream,
+                        poisoned ? ", but its contents are already overwritten with 0xDD" : "");
+  return 1;
+}
+
+/* Says why ptr is refused: the facts from the pool's table, its fronts and the other pools,
+ * then the words (refuse.c). */
+static spool_status refuse(spool_pool *pool, void *ptr, const spool__site *site,
+                           spool__refusal *r) {
+  pthread_mutex_lock(&pool->lock);
+  if (r->freed) pool->c.bad_frees++;
+  else classify_own(pool, (uintptr_t)ptr, r);
+  pthread_mutex_unlock(&pool->lock);
+  if (!r->inside && pool->cfg.cache)
+    r->inside = spool__cache_containing(pool, (uintptr_t)ptr, &r->inside_buf) &&
+                r->inside_buf.ptr != (uintptr_t)ptr; /* at the start: another thread's, just now */
+  if (!r->inside) r->other = spool__registry_owner(pool, (uintptr_t)ptr, &r->owner);
+  return spool__refuse_free(pool, ptr, site, r);
+}
+
+/* Everything a free does that its stream's cache did not settle. Kept out of line so that the
+ * hot path's frame stays small (this one holds messages and records). */
+static SPOOL__NOINLINE spool_status free_slow(spool_pool *pool, void *ptr, cudaStream_t stream,
+                                              const spool__site *site, spool__free_result fr,
+                                              const spool__buffer *dead) {
+  spool_status s = SPOOL_OK;
+  spool__buffer moved;
+  bool capturing = false;
+  if (fr == SPOOL__FREE_PASS && pool->cfg.track != SPOOL_TRACK_OFF &&
+      free_tracked(pool, ptr, stream, site, &s, &capturing))
+    return s;
+  /* issue 5: a live buffer of another stream's cache, freed during a capture: never a graph
+   * allocation (those bypass the caches), so refused as the table's are. Moved into this
+   * stream's cache instead, it would be handed out again before the graph ever ran. */
+  if (capturing && fr == SPOOL__FREE_PASS && pool->cfg.cache &&
+      spool__cache_containing(pool, (uintptr_t)ptr, &moved) && moved.ptr == (uintptr_t)ptr)
+    return refuse_in_capture(ptr, stream);
+  if (fr == SPOOL__FREE_PASS && pool->cfg.cache) {
+    fr = free_moved(pool, ptr, stream, site, &s, &moved);
+    dead = &moved;
+  }
+  if (fr == SPOOL__FREE_DONE) return s;
+  /* track=off keeps no table, but another pool's may know the pointer: handed to the driver
+   * through this pool, the owner would report a leak of a buffer already gone. */
+  spool__owner owner;
+  if (fr == SPOOL__FREE_PASS && pool->cfg.track == SPOOL_TRACK_OFF &&
+      !spool__registry_owner_of_start(pool, (uintptr_t)ptr, &owner))
+    return free_untracked(pool, ptr, stream);
+  spool__refusal r = {0};
+  r.freed = fr == SPOOL__FREE_CACHED;
+  if (r.freed) r.freed_buf = *dead;
+  return refuse(pool, ptr, site, &r);
+}
+
+/* Where a free goes: the stream's cache, the pool's table, another stream's cache; else it is
+ * refused. With track=off the driver judges what no cache knows. Inline in spool_free, whose
+ * cache hit must cost no more than it did before the hand-off check came in front of it. */
+static inline spool_status free_plain(spool_pool *pool, void *ptr, cudaStream_t stream,
+                                      const spool__site *site) {
+  spool_status s = SPOOL_OK;
+  spool__buffer dead; /* filled only when ptr sits freed in a cache */
+  spool__free_result fr = SPOOL__FREE_PASS;
+  if (pool->cfg.cache) fr = front_free(pool, ptr, stream, site, &s, &dead);
+  if (fr == SPOOL__FREE_DONE) return s;
+  return free_slow(pool, ptr, stream, site, fr, &dead);
+}
+
+/* A buffer with recorded streams (or a free after an event): the free waits on the hand-off
+ * stream for all of them, and runs there. */
+static spool_status free_handed_off(spool_pool *pool, void *ptr, cudaStream_t stream,
+                                    cudaEvent_t event, const spool__site *site,
+                                    const char *ctx) {
+  cudaStream_t on = NULL;
+  spool_status s = spool__handoff_begin(pool, ptr, stream, event, ctx, &on);
+  if (s != SPOOL_OK) return s;
+  s = free_plain(pool, ptr, on, site);
+  spool__handoff_end(pool, ptr, s);
+  return s;
+}
+
+spool_status spool__free_site(spool_pool *pool, void *ptr, cudaStream_t stream,
+                              const spool__site *site) {
+  if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", FREE);
+  if (!ptr) return SPOOL_OK;
+  if (atomic_load_explicit(&pool->handoff_any, memory_order_relaxed) &&
+      spool__handoff_recorded(pool, ptr))
+    return free_handed_off(pool, ptr, stream, NULL, site, FREE);
+  return free_plain(pool, ptr, stream, site);
+}
+
+spool_status spool_free(spool_pool *pool, void *ptr, cudaStream_t stream) {
+  static const spool__site none = {NULL, NULL, 0, 0};
+  return spool__free_site(pool, ptr, stream, &none);
+}
+
+spool_status spool_free_at(spool_pool *pool, void *ptr, cudaStream_t stream, const char *file,
+                           int line) {
+  spool__site site = {file, NULL, line, 0};
+  return spool__free_site(pool, ptr, stream, &site);
+}
+
+spool_status spool_free_after(spool_pool *pool, void *ptr, cudaStream_t stream,
+                              cudaEvent_t event) {
+  static const char ctx[] = "spool_free_after";
+  if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", ctx);
+  if (!event) return spool__fail(SPOOL_ERR_INVALID, "%s: event is NULL", ctx);
+  if (!ptr) return SPOOL_OK;
+  static const spool__site site = {"spool_free_after", NULL, 0, 0};
+  return free_handed_off(pool, ptr, stream, event, &site, ctx);
+}
