@@ -1,5 +1,5 @@
-/* check_cache: the per-stream fronts of the heap (src/front.c, src/heap.c): hits, size classes, the
- * cross-stream rule, capture bypass, per-thread and legacy streams, limits, flushes, stream
+/* check_cache: the per-stream fronts of the heap (src/front.c, src/heap.c): hits, size classes,
+ * the cross-stream rule, capture bypass, per-thread and legacy streams, limits, flushes, stream
  * release, stats, and what tracking says about front blocks. The heap under them has its own
  * suite (check_heap).
  *
