@@ -430,7 +430,7 @@ spool_status spool_alloc_tagged(spool_pool *pool, void **ptr, size_t size, cudaS
 
 /* Under c's lock: the live buffer b is freed, as the counters and memory tools see it. */
 static SPOOL__INLINE void count_free(spool_pool *p, spool__scache *c, const spool__buffer *b) {
-  if (spool__nvtx_on(p)) spool__nvtx_release_slow(p, b->ptr, b->size);
+  if (spool__nvtx_on(p)) spool__nvtx_release_slow(p, c->stream, b->ptr, b->size);
   c->c.frees++;
   c->c.bytes_in_use -= b->size;
   c->c.buffers_in_use--;
@@ -649,7 +649,7 @@ static spool__free_result free_moved(spool_pool *p, void *ptr, cudaStream_t stre
                      HELD_LOCK, true);
     } else {
       /* No host memory to keep the record: the block goes into the heap without it. */
-      if (spool__nvtx_on(p)) spool__nvtx_release_slow(p, b.ptr, b.size);
+      if (spool__nvtx_on(p)) spool__nvtx_release_slow(p, c->stream, b.ptr, b.size);
       c->c.frees++;
       unlock(c);
       b.died = *site;

@@ -427,10 +427,12 @@ void spool__nvtx_fini(spool_pool *p);
  * pool's switch is then turned off). Dropping it unregisters it with every region in it. */
 void *spool__nvtx_heap(spool_pool *p, uintptr_t addr, uint64_t bytes);
 void spool__nvtx_heap_drop(spool_pool *p, void *heap);
-/* A buffer of the chunk whose heap is `heap` handed out / freed: its region of size bytes.
- * Callers test spool__nvtx_on first (the slow halves are out of line). */
+/* A buffer of the chunk whose heap is `heap` handed out, or freed on stream: its region of size
+ * bytes. Callers test spool__nvtx_on first (the slow halves are out of line). The free waits
+ * for stream's work first: the tool sees the region go when the stream gets there, not when
+ * the host calls (a kernel queued before the free still uses it). */
 void spool__nvtx_region_slow(void *heap, uintptr_t ptr, uint64_t size);
-void spool__nvtx_release_slow(spool_pool *p, uintptr_t ptr, uint64_t size);
+void spool__nvtx_release_slow(spool_pool *p, cudaStream_t stream, uintptr_t ptr, uint64_t size);
 /* A live heap buffer of size bytes at base is handed out in pieces: its one region goes and
  * each piece gets its own; its free unregisters them. False when nothing was carved (no tool,
  * not a heap buffer, or no host memory), and the buffer stays one region. */

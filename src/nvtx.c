@@ -10,8 +10,8 @@
  *
  * Cost with no tool attached: the first chunk's registration comes back empty and turns the
  * pool's switch off, after which each path pays one predictable branch on it. Registration
- * happens on the host as the calls are made; the tools run kernels one at a time, so by the
- * time a free unregisters a buffer the work queued on it before has run. */
+ * happens on the host; a free is stream-ordered, so with a tool attached it waits for its
+ * stream before its region goes (work queued before the free may still use the buffer). */
 #include "internal.h"
 
 #include <nvtx3/nvToolsExtMem.h>
@@ -116,7 +116,10 @@ static carved **slot_of(spool_pool *p, uintptr_t base) {
   return at;
 }
 
-void spool__nvtx_release_slow(spool_pool *p, uintptr_t ptr, uint64_t size) {
+void spool__nvtx_release_slow(spool_pool *p, cudaStream_t stream, uintptr_t ptr, uint64_t size) {
+  /* Only with a tool attached, whose run is slow anyway. A failure is the stream's own error
+   * (a faulted kernel, say), which the caller's next synchronize reports: not this free's. */
+  if (cudaStreamSynchronize(stream) != cudaSuccess) spool__clear_cuda_error();
   pthread_mutex_lock(&p->nvtx.lock);
   carved **at = slot_of(p, ptr);
   carved *c = *at;
