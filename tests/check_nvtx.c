@@ -277,6 +277,25 @@ START_TEST(buffers_freed_on_another_stream_leave_no_region) {
 }
 END_TEST
 
+#ifdef SPOOL_TEST_SIM
+START_TEST(a_free_waits_for_its_stream_before_the_region_goes) {
+  spool_pool *p = test_pool_with("");
+  cudaStream_t s = test_stream_create();
+  void *a = test_alloc_on(p, 4096, s);
+  cudasim_hold(s);
+  CK_CUDA(cudasim_kernel(s, a, 4096, 1)); /* queued before the free, not run yet */
+  ck_assert_int_eq(cudasim_pending(s), 1);
+  CK_SPOOL(spool_free(p, a, s));
+  ck_assert_int_eq(cudasim_pending(s), 0); /* the kernel ran before the tool lost the region */
+  check_no_region(a);
+  cudasim_release(s);
+  check_no_misuse();
+  test_stream_destroy(s);
+  test_pool_destroy(p);
+}
+END_TEST
+#endif
+
 START_TEST(nvtx_off_tells_the_tool_nothing) {
   spool_pool *p = test_pool_with("nvtx=off");
   cudaStream_t s = test_stream_create();
@@ -309,6 +328,9 @@ static Suite *nvtx_suite(void) {
   tcase_add_test(tc, scope_pieces_are_regions_until_the_scope_ends);
   tcase_add_test(tc, chunks_are_heaps_until_they_go_back);
   tcase_add_test(tc, buffers_freed_on_another_stream_leave_no_region);
+#ifdef SPOOL_TEST_SIM
+  tcase_add_test(tc, a_free_waits_for_its_stream_before_the_region_goes);
+#endif
   tcase_add_test(tc, nvtx_off_tells_the_tool_nothing);
   tcase_add_test(tc, nvtx_is_on_by_default);
   suite_add_tcase(s, tc);
