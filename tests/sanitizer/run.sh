@@ -10,7 +10,7 @@ if [ -z "$cs" ]; then echo "skipped: compute-sanitizer not found"; exit 77; fi
 "$planted" none >/dev/null 2>&1
 [ $? -eq 77 ] && { echo "skipped: no CUDA device"; exit 77; }
 bad=0
-for mode in uaf oob batch scope raw clean; do
+for mode in uaf oob batch scope clean raw; do
   out=$("$cs" --tool memcheck "$planted" "$mode" 2>&1)
   summary=$(printf '%s\n' "$out" | grep -m1 'ERROR SUMMARY')
   echo "== $mode: $summary"
