@@ -281,6 +281,25 @@ START_TEST(calls_counted) {
 }
 END_TEST
 
+START_TEST(calls_all_lists_every_api_in_first_call_order) {
+  ck_assert_uint_eq(cudasim_calls_all(NULL, NULL, 0), 0);
+  void *p;
+  CK(cudaMalloc(&p, 100));
+  CK(cudaFree(p));
+  CK(cudaFree(NULL));
+  const char *names[4] = {NULL};
+  long counts[4] = {0};
+  ck_assert_uint_eq(cudasim_calls_all(names, counts, 4), 2);
+  ck_assert_str_eq(names[0], "cudaMalloc");
+  ck_assert_int_eq(counts[0], 1);
+  ck_assert_str_eq(names[1], "cudaFree");
+  ck_assert_int_eq(counts[1], 2);
+  ck_assert_uint_eq(cudasim_calls_all(names, counts, 1), 2); /* the total, whatever fits */
+  cudasim_reset();
+  ck_assert_uint_eq(cudasim_calls_all(names, counts, 4), 0);
+}
+END_TEST
+
 /* ---- streams and events ---------------------------------------------------------------------- */
 
 START_TEST(hold_release) {
@@ -1904,6 +1923,7 @@ static Suite *sim_suite(void) {
   tcase_add_test(tc, fail_nth);
   tcase_add_test(tc, fail_does_nothing);
   tcase_add_test(tc, calls_counted);
+  tcase_add_test(tc, calls_all_lists_every_api_in_first_call_order);
   suite_add_tcase(s, tc);
   tc = tcase("streams");
   tcase_add_test(tc, hold_release);
