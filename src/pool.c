@@ -401,11 +401,12 @@ spool_status spool_pool_destroy(spool_pool *pool) {
   if (pool->owned) {
     cudaError_t err = cudaMemPoolDestroy(pool->handle);
     if (err != cudaSuccess) {
+      /* The pool object goes all the same: the caller has no way to try again. */
       if (s == SPOOL_OK)
-        s = spool__fail_cuda(err, "cudaMemPoolDestroy", "spool_pool_destroy: device %d",
-                             pool->device);
+        s = spool__fail_cuda(err, "cudaMemPoolDestroy", "spool_pool_destroy: device %d; the "
+                             "cudaMemPool %p stays", pool->device, (void *)pool->handle);
       else
-        spool__also_failed(s, err, "cudaMemPoolDestroy");
+        spool__also_failed(s, err, "cudaMemPoolDestroy (the cudaMemPool stays)");
     }
   }
   pool_free(pool);

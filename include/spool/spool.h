@@ -289,7 +289,8 @@ SPOOL_EXPORT spool_status spool_pool_adopt(spool_pool **pool, cudaMemPool_t hand
  * written to stderr; then all are freed after a device synchronize (their streams may be gone;
  * with track=off spool cannot free them), and the call returns SPOOL_ERR_LEAKS (or
  * SPOOL_ERR_CUDA when CUDA refused to synchronize or free: the message then says how many
- * leaked buffers stay allocated). An own pool is
+ * leaked buffers, or how much of the heap's chunks, stay allocated: CUDA keeps a destroyed
+ * pool's memory until it is freed). An own pool is
  * then destroyed with cudaMemPoolDestroy; an adopted one is left to its owner. NULL: SPOOL_OK,
  * nothing done. Returns SPOOL_OK, SPOOL_ERR_LEAKS, SPOOL_ERR_CUDA; the pool is gone in every
  * case. A pointer that is no live pool (destroyed already) is SPOOL_ERR_INVALID, nothing done:
