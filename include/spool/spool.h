@@ -249,9 +249,19 @@ SPOOL_EXPORT spool_status spool_config_validate(const spool_config *cfg);
 
 /* Writes *cfg as config text that spool_config_parse reads back to the same settings, one
  * `key=value` per line, NUL-terminated, into buf of len bytes. Returns SPOOL_OK,
- * SPOOL_ERR_INVALID (cfg or buf NULL, or len too small: the message gives the size needed).
- * Thread safe. */
+ * SPOOL_ERR_INVALID (cfg or buf NULL, or len too small: the message gives the size needed, and
+ * buf is untouched). To learn the size first, use spool_config_format_sized. Thread safe. */
 SPOOL_EXPORT spool_status spool_config_format(const spool_config *cfg, char *buf, size_t len);
+
+/* spool_config_format that also says how big buf must be: *needed is set to the text's length
+ * plus its NUL, on SPOOL_OK and on a buffer too small alike. len 0 (buf may then be NULL) asks
+ * for the size only: SPOOL_OK, nothing written. The usual pattern:
+ *   size_t n; spool_config_format_sized(cfg, NULL, 0, &n); buf = malloc(n);
+ *   spool_config_format_sized(cfg, buf, n, &n);
+ * Returns SPOOL_OK; SPOOL_ERR_INVALID (cfg or needed NULL, buf NULL with len > 0, len too small
+ * but not 0: buf untouched, *needed set). On the other failures *needed is 0. Thread safe. */
+SPOOL_EXPORT spool_status spool_config_format_sized(const spool_config *cfg, char *buf,
+                                                    size_t len, size_t *needed);
 
 /* ---------------------------------------------------------------------------------------------
  * Pools
@@ -586,11 +596,23 @@ SPOOL_EXPORT spool_status spool_stats_reset_peaks(spool_pool *pool);
 SPOOL_EXPORT spool_status spool_report(spool_pool *pool, FILE *out);
 
 /* Writes the stats as one JSON object into buf (len bytes, NUL-terminated): the keys are the
- * spool_stats field names (size excluded), plus "device", "device_free" and "device_total"
- * (cudaMemGetInfo; null when it fails). buf NULL with len 0 asks for the size only.
- * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool NULL, buf NULL with len > 0, or len too small: the
- * message gives the size needed, and buf holds "" when len > 0); SPOOL_ERR_CUDA. Thread safe. */
+ * spool_stats field names (size excluded), plus "device", "streams" (each stream's bytes),
+ * "device_free" and "device_total" (cudaMemGetInfo; null when it fails).
+ * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool NULL, buf NULL with len > 0, or len too small, 0
+ * included: the message gives the size needed, and buf holds "" when len > 0); SPOOL_ERR_CUDA.
+ * To learn the size as a number, use spool_stats_json_sized. Thread safe. */
 SPOOL_EXPORT spool_status spool_stats_json(spool_pool *pool, char *buf, size_t len);
+
+/* spool_stats_json that also says how big buf must be: *needed is set to the JSON's length plus
+ * its NUL, on SPOOL_OK and on a buffer too small alike. len 0 (buf may then be NULL) asks for the
+ * size only: SPOOL_OK, nothing written. The figures move between two calls (buffers come and go,
+ * streams appear), so the next call may need more: allocate some room to spare, or call again
+ * with the larger *needed while it returns SPOOL_ERR_INVALID for a buffer too small.
+ * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool or needed NULL, buf NULL with len > 0, len too
+ * small but not 0: buf holds "", *needed set); SPOOL_ERR_CUDA. On the other failures *needed is
+ * 0. Thread safe. */
+SPOOL_EXPORT spool_status spool_stats_json_sized(spool_pool *pool, char *buf, size_t len,
+                                                 size_t *needed);
 
 /* Writes the leak report: every live buffer (size, stream, call site or tag, allocation number,
  * age), grouped by call site with totals, biggest group first; "no live buffers" when there are
