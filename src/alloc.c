@@ -339,16 +339,31 @@ spool_status spool__free_plain(spool_pool *pool, void *ptr, cudaStream_t stream,
   return free_plain(pool, ptr, stream, site);
 }
 
-spool_status spool__free_site(spool_pool *pool, void *ptr, cudaStream_t stream,
-                              const spool__site *site) {
-  if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", FREE);
-  if (!ptr) return SPOOL_OK;
+/* A free of ptr as the start of its allocation. */
+static inline spool_status free_start(spool_pool *pool, void *ptr, cudaStream_t stream,
+                                      const spool__site *site) {
   spool_status s;
   /* issue 5: a buffer with recorded streams (spool_record_stream) goes the hand-off way */
   if (atomic_load_explicit(&pool->handoff_any, memory_order_relaxed) &&
       spool__handoff_free(pool, ptr, stream, site, &s))
     return s;
   return free_plain(pool, ptr, stream, site);
+}
+
+static spool_status free_start_fn(spool_pool *pool, void *ptr, cudaStream_t stream,
+                                  const spool__site *site, void *unused) {
+  (void)unused;
+  return free_start(pool, ptr, stream, site);
+}
+
+spool_status spool__free_site(spool_pool *pool, void *ptr, cudaStream_t stream,
+                              const spool__site *site) {
+  if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", FREE);
+  if (!ptr) return SPOOL_OK;
+  /* A batch aligned past 256 bytes is freed by a pointer past its allocation's start. */
+  if (atomic_load_explicit(&pool->aligned_live, memory_order_relaxed))
+    return spool__aligned_free(pool, ptr, stream, site, free_start_fn, NULL);
+  return free_start(pool, ptr, stream, site);
 }
 
 spool_status spool_free(spool_pool *pool, void *ptr, cudaStream_t stream) {

@@ -84,7 +84,7 @@ static spool_status live_buffer(spool_pool *pool, void *ptr, spool__buffer *out,
                        ctx, ptr, (void *)pool);
   char here[SPOOL__SITE_TEXT];
   snprintf(here, sizeof here, "%s", ctx);
-  spool_status s = spool__batch_refusal(ptr, out, here);
+  spool_status s = spool__batch_refusal(pool, ptr, out, here);
   if (s == SPOOL_OK) s = spool__scope_refusal(ptr, out, here);
   if (s != SPOOL_OK) return spool__prefix(s, ctx);
   return spool__fail(SPOOL_ERR_INTERIOR_POINTER, "%s: %p points inside buffer %p, not at its "
@@ -133,6 +133,7 @@ spool_status spool_record_stream(spool_pool *pool, void *ptr, cudaStream_t other
   if (pool->cfg.track == SPOOL_TRACK_OFF)
     return spool__fail(SPOOL_ERR_INVALID, "%s: track=off: spool cannot tell %p is a live buffer "
                        "(set track=counts or full)", ctx, ptr);
+  ptr = spool__aligned_start(pool, ptr); /* an aligned batch: its allocation's start */
   spool__buffer b;
   spool_status s = live_buffer(pool, ptr, &b, ctx);
   if (s == SPOOL_OK) s = not_captured(other, ctx, "stream");
@@ -270,6 +271,12 @@ bool spool__handoff_free(spool_pool *pool, void *ptr, cudaStream_t stream,
   return recorded;
 }
 
+static spool_status free_after_fn(spool_pool *pool, void *ptr, cudaStream_t stream,
+                                  const spool__site *site, void *event) {
+  return deferred_free(pool, atomic_load(&pool->handoff), ptr, stream, (cudaEvent_t)event, site,
+                       "spool_free_after");
+}
+
 spool_status spool_free_after(spool_pool *pool, void *ptr, cudaStream_t stream,
                               cudaEvent_t event) {
   static const char ctx[] = "spool_free_after";
@@ -279,7 +286,7 @@ spool_status spool_free_after(spool_pool *pool, void *ptr, cudaStream_t stream,
   spool__handoff *h = handoff_of(pool);
   if (!h) return spool__fail(SPOOL_ERR_HOST_OOM, "%s: no host memory", ctx);
   static const spool__site site = {"spool_free_after", NULL, 0, 0};
-  return deferred_free(pool, h, ptr, stream, event, &site, ctx);
+  return spool__aligned_free(pool, ptr, stream, &site, free_after_fn, event);
 }
 
 spool_status spool__handoff_destroy(spool_pool *pool) {

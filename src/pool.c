@@ -262,11 +262,13 @@ static spool_pool *pool_new(const spool_config *cfg, cudaMemPool_t handle, bool 
   atomic_init(&p->total_buffers, 0);
   atomic_init(&p->peak_bytes, 0);
   atomic_init(&p->peak_buffers, 0);
+  atomic_init(&p->aligned_live, 0);
   return p;
 }
 
 static void pool_free(spool_pool *p) {
   spool__table_free(&p->live);
+  spool__table_free(&p->aligned);
   spool__grave_free(&p->graves);
   pthread_mutex_destroy(&p->lock);
   free(p);

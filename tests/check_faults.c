@@ -75,6 +75,15 @@ static void front_holds_small(fault_run *r) {
 }
 
 static void hold_small(fault_run *r) { hold(r, SMALL); }
+
+/* A page-aligned batch that starts past its allocation (a spacer before it). */
+static void hold_aligned_batch(fault_run *r) {
+  hold(r, 512);
+  size_t sizes[2] = {SMALL, SMALL};
+  void *ptrs[2];
+  CK_SPOOL(spool_alloc_batch(r->pool, r->s, 2, sizes, ptrs, 4096));
+  r->held[r->nheld++] = ptrs[0];
+}
 static void hold_uncached(fault_run *r) { hold(r, 4 * MiB); }
 static void hold_large(fault_run *r) { hold(r, 40 * MiB); }
 
@@ -166,15 +175,19 @@ static spool_status op_alloc_medium(fault_run *r) { return alloc_got(r, 8 * KiB,
 static spool_status op_alloc_large(fault_run *r) { return alloc_got(r, 40 * MiB, r->s); }
 static spool_status op_alloc_uncached(fault_run *r) { return alloc_got(r, 4 * MiB, r->s); }
 static spool_status op_free(fault_run *r) { return free_held(r, 0); }
+static spool_status op_free_last(fault_run *r) { return free_held(r, r->nheld - 1); }
 
-static spool_status op_alloc_batch(fault_run *r) {
+static spool_status alloc_batch(fault_run *r, size_t align) {
   size_t sizes[3] = {100, SMALL, 0};
   void *ptrs[3] = {TEST_SENTINEL, TEST_SENTINEL, TEST_SENTINEL};
-  spool_status st = spool_alloc_batch(r->pool, r->s, 3, sizes, ptrs, 0);
+  spool_status st = spool_alloc_batch(r->pool, r->s, 3, sizes, ptrs, align);
   if (st == SPOOL_OK) r->got[r->ngot++] = ptrs[0];
   else for (int i = 0; i < 3; i++) ck_assert_ptr_null(ptrs[i]);
   return st;
 }
+
+static spool_status op_alloc_batch(fault_run *r) { return alloc_batch(r, 0); }
+static spool_status op_alloc_batch_aligned(fault_run *r) { return alloc_batch(r, 4096); }
 
 static spool_status op_scope_begin(fault_run *r) {
   spool_scope *sc = TEST_SENTINEL;
@@ -328,6 +341,8 @@ static const fault_row ROWS[] = {
     {"free, poison", "poison=on, heap_max_block=1MiB", hold_uncached, op_free, NULL},
     {"alloc, track=full", "track=full", NULL, op_alloc_small, NULL},
     {"alloc_batch", NULL, NULL, op_alloc_batch, NULL},
+    {"alloc_batch, page-aligned", NULL, hold_small, op_alloc_batch_aligned, NULL},
+    {"free, page-aligned batch", "poison=on", hold_aligned_batch, op_free_last, NULL},
     {"scope_begin", NULL, NULL, op_scope_begin, end_scope},
     {"scope_alloc, new chunk", NULL, scope_begun, op_scope_alloc, end_scope},
     {"scope_end", NULL, scope_with_chunk, op_scope_end, end_scope},

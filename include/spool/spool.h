@@ -428,20 +428,25 @@ SPOOL_EXPORT spool_status spool_trim(spool_pool *pool, size_t keep_bytes);
  * ------------------------------------------------------------------------------------------- */
 
 /* Allocates count sub-buffers as one allocation (one spool_alloc on stream, so the stream cache
- * may serve it): ptrs[i] gets sizes[i] bytes at an offset that is a multiple of alignment, in
- * order, without overlap. alignment 0 means 256; otherwise a power of two up to 256 (pool
- * memory is 256-aligned; larger alignments are not offered). ptrs[0] is the allocation's start:
- * free the whole batch with spool_free(pool, ptrs[0], stream); spool_free of any other
- * sub-pointer is refused with SPOOL_ERR_BATCH_MEMBER, naming the batch. A size of 0 gets a
- * pointer to no bytes (it may equal the next sub-buffer's). All sizes 0: every ptrs[i] is NULL
- * and nothing is allocated. The batch counts as one buffer of the sum of the padded sizes in
- * spool_stats, and the leak report lists it as "batch of <count>".
+ * may serve it): ptrs[i] gets sizes[i] bytes at an address that is a multiple of alignment, in
+ * order, without overlap. alignment 0 means 256; otherwise a power of two up to
+ * SPOOL_BATCH_ALIGN_MAX (2 MiB: pages for I/O, TMA descriptors). Pool memory is 256-aligned, so
+ * above 256 the allocation takes alignment - 256 bytes more and ptrs[0] may lie up to that far
+ * past its start. Free the whole batch with spool_free(pool, ptrs[0], stream) (or
+ * spool_free_after; spool_record_stream takes ptrs[0] too); spool_free of any other sub-pointer
+ * is refused with SPOOL_ERR_BATCH_MEMBER, naming the batch. A size of 0 gets a pointer to no
+ * bytes (it may equal the next sub-buffer's). All sizes 0: every ptrs[i] is NULL and nothing is
+ * allocated. The batch counts as one buffer in spool_stats, of the sum of the padded sizes plus
+ * the alignment's extra bytes, and the leak report lists it as "batch of <count>" at the
+ * allocation's start.
  * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool, sizes or ptrs NULL, count 0 or above UINT32_MAX,
- * alignment not a power of two up to 256, the total overflows, sizes and ptrs overlapping:
+ * alignment not a power of two up to SPOOL_BATCH_ALIGN_MAX (the message gives both), the total
+ * overflows, sizes and ptrs overlapping:
  * then ptrs, which is sizes too, is left as it was); otherwise what spool_alloc returns. On
  * failure ptrs[0..count) are NULL and nothing is allocated. A trailing sub-buffer of no bytes
  * points inside the batch (one byte is added for it). Thread safe. sizes is
  * read during the call only; the caller owns the batch and frees it with spool_free. */
+#define SPOOL_BATCH_ALIGN_MAX (2 << 20) /* largest alignment of spool_alloc_batch: 2 MiB */
 SPOOL_EXPORT spool_status spool_alloc_batch(spool_pool *pool, cudaStream_t stream, size_t count,
                                             const size_t *sizes, void **ptrs, size_t alignment);
 
