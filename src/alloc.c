@@ -221,6 +221,10 @@ static cudaError_t release_locked(spool_pool *pool, spool__buffer *b, cudaStream
     if (err != cudaSuccess) *api = "cudaMemsetAsync (poisoning the freed buffer)";
   }
   if (err == cudaSuccess) err = cudaFreeAsync((void *)b->ptr, stream);
+  if (err != cudaSuccess && spool__graph_never_ran(b, err, stream)) {
+    spool__clear_cuda_error(); /* no memory behind it: nothing to free */
+    err = cudaSuccess;
+  }
   if (err == cudaSuccess) {
     count_free(pool, b->size);
     b->died = *site;

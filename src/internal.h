@@ -554,6 +554,12 @@ static inline spool_status spool__stream_capturing(cudaStream_t stream, bool *ca
  * thread's last error is left as it was. */
 bool spool__capturing_quiet(cudaStream_t stream, bool if_unknown);
 
+/* Whether err, from freeing (or poisoning) the graph allocation b on stream outside a capture,
+ * says that its graph never ran: destroyed before a launch, or its capture abandoned (an end
+ * that failed). CUDA then knows no memory at the address (cudaErrorInvalidValue) and there is
+ * nothing to free: the record goes as if freed. */
+bool spool__graph_never_ran(const spool__buffer *b, cudaError_t err, cudaStream_t stream);
+
 /* issue 5: pool attribute reads and writes and trims are "potentially unsafe" calls: made while
  * another thread captures in global mode, from a thread in global mode (the default), they
  * invalidate that capture. Between enter and leave the calling thread is in relaxed mode (as

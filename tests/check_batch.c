@@ -160,9 +160,7 @@ END_TEST
 
 /* A leaked aligned batch is freed by destroy like any leak. */
 START_TEST(batch_aligned_leak_freed_at_destroy) {
-  spool_config cfg = test_config();
-  CK_SPOOL(spool_config_parse(&cfg, "report=/dev/null"));
-  spool_pool *p = test_pool_create(&cfg);
+  spool_pool *p = test_pool_with("report=/dev/null");
   cudaStream_t s = test_stream_create();
   void *spacer = test_alloc_on(p, 512, s);
   size_t sizes[] = {4096};

@@ -1586,6 +1586,37 @@ START_TEST(graph_allocation_lifetime) {
 }
 END_TEST
 
+/* An allocation node whose graph never runs (its capture invalidated, or the graph destroyed
+ * before a launch) never gets memory: freeing its address afterwards is cudaErrorInvalidValue,
+ * and nothing stays reserved or live. */
+START_TEST(graph_allocation_that_never_ran) {
+  cudaMemPool_t p = new_pool(0, 0);
+  cudaStream_t s = new_stream();
+  size_t f0, f, t;
+  CK(cudaMemGetInfo(&f0, &t));
+  void *d = NULL, *e = NULL;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CK(cudaMallocFromPoolAsync(&d, 4 * MiB, p, s));
+  CK_ERR(cudaStreamSynchronize(s), cudaErrorStreamCaptureUnsupported); /* invalidates */
+  cudaGraph_t gr = (cudaGraph_t)(uintptr_t)0x99;
+  CK_ERR(cudaStreamEndCapture(s, &gr), cudaErrorStreamCaptureInvalidated);
+  ck_assert_ptr_null(gr);
+  CK_ERR(cudaFreeAsync(d, s), cudaErrorInvalidValue);
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CK(cudaMallocFromPoolAsync(&e, 4 * MiB, p, s));
+  gr = end_capture(s);
+  cudaGraphExec_t x = instantiate(gr);
+  CK(cudaGraphExecDestroy(x));
+  CK(cudaGraphDestroy(gr));
+  CK_ERR(cudaFreeAsync(e, s), cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+  ck_assert_int_eq(cudasim_graph_allocations(), 0);
+  ck_assert_int_eq(cudasim_live_allocations(), 0);
+  CK(cudaMemGetInfo(&f, &t));
+  ck_assert_uint_eq(f, f0);
+}
+END_TEST
+
 START_TEST(graph_allocation_freed_in_graph) {
   cudaStream_t s = new_stream();
   void *d = NULL;
@@ -1977,6 +2008,7 @@ static Suite *sim_suite(void) {
   suite_add_tcase(s, tc);
   tc = tcase("graph memory");
   tcase_add_test(tc, graph_allocation_lifetime);
+  tcase_add_test(tc, graph_allocation_that_never_ran);
   tcase_add_test(tc, graph_allocation_freed_in_graph);
   tcase_add_test(tc, capture_free_of_uncaptured_memory);
   tcase_add_test(tc, graph_allocation_freed_by_another_graph);

@@ -131,6 +131,15 @@ static void capture_holds_buffer(fault_run *r) {
   r->held[r->nheld++] = p;
 }
 
+/* A buffer of a capture whose graph was destroyed without a launch. */
+static void capture_abandoned(fault_run *r) {
+  capture_holds_buffer(r);
+  cudaGraph_t g = NULL;
+  CK_CUDA(cudaStreamEndCapture(r->s, &g));
+  r->capturing = false;
+  CK_CUDA(cudaGraphDestroy(g));
+}
+
 static void config_file(fault_run *r) {
   snprintf(r->path, sizeof r->path, "/tmp/check_faults_%ld.conf", (long)getpid());
   FILE *f = fopen(r->path, "w");
@@ -362,6 +371,7 @@ static const fault_row ROWS[] = {
     {"import_pointer", IPC, imported_with_pointer, op_import_pointer, close_import},
     {"alloc, in a capture", NULL, capture_begun, op_alloc_small, end_capture},
     {"free, in a capture", NULL, capture_holds_buffer, op_free, end_capture},
+    {"free, after an unlaunched capture", "poison=on", capture_abandoned, op_free, NULL},
 };
 #define NROWS ((int)(sizeof ROWS / sizeof ROWS[0]))
 

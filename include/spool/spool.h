@@ -366,7 +366,10 @@ SPOOL_EXPORT spool_status spool_alloc_tagged(spool_pool *pool, void **ptr, size_
  * freed; a buffer allocated outside it is refused with SPOOL_ERR_INVALID, nothing freed and the
  * capture intact (free it after cudaStreamEndCapture), for every buffer, cached or not. With
  * capture_check=off spool does not ask: a cached buffer goes back to its cache and the
- * driver judges the others (it refuses them and invalidates the capture).
+ * driver judges the others (it refuses them and invalidates the capture). A graph allocation
+ * freed outside a capture whose graph never ran (destroyed before a launch, or the capture
+ * abandoned: cudaStreamEndCapture failed) has no memory behind it: CUDA refuses the free with
+ * cudaErrorInvalidValue, spool drops the record and returns SPOOL_OK.
  * A buffer with streams recorded by spool_record_stream is freed as spool_free_after says.
  * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool NULL; see capture above); with track=counts or full,
  * for a ptr that is not a live buffer of this pool (nothing reaches the driver, the message names
@@ -471,8 +474,10 @@ typedef struct spool_scope spool_scope;
  * Scopes nest: a scope begun on a stream by a thread that has a scope open on that stream is
  * its child, and must end before its parent (ending a parent with open children is
  * SPOOL_ERR_INVALID and ends nothing). A scope begun while stream is being captured into a
- * graph takes its chunks from the graph (never from the cache) and must end in the same
- * capture; one begun outside a capture must end outside it.
+ * graph takes its chunks from the graph (never from the cache) and ends in the same capture,
+ * or after that capture is over (ended, or abandoned: then its chunks are freed as any graph
+ * allocation is after its graph; not inside a later capture); one begun outside a capture must
+ * end outside it.
  * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool or scope NULL); SPOOL_ERR_CUDA (the stream's capture
  * state cannot be read: destroyed?); SPOOL_ERR_HOST_OOM. Nothing is allocated on the device
  * until the first spool_scope_alloc. On failure *scope is NULL. Thread safe. The pool owns
@@ -501,8 +506,9 @@ SPOOL_EXPORT cudaStream_t spool_scope_stream(const spool_scope *scope);
 /* Ends the scope: frees every chunk it took with spool_free on its stream, in stream order, so
  * the memory is reused once the stream's work queued so far is done (at once by later work on
  * the same stream). The scope object goes back to the pool.
- * Returns SPOOL_OK; SPOOL_ERR_INVALID (scope NULL; it has open child scopes; the stream's capture
- * state differs from when the scope began: the message says which; nothing is ended);
+ * Returns SPOOL_OK; SPOOL_ERR_INVALID (scope NULL; it has open child scopes; the scope began
+ * outside a capture and the stream is being captured now: the message says so; nothing is
+ * ended);
  * SPOOL_ERR_SCOPE_ENDED (ended already, as spool_scope_alloc says); SPOOL_ERR_CUDA (a chunk's
  * free failed: the chunks not yet freed stay with the scope, which stays open). Thread safe. */
 SPOOL_EXPORT spool_status spool_scope_end(spool_scope *scope);
