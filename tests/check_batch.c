@@ -69,9 +69,9 @@ END_TEST
 /* ---- alignment past the pool's 256 bytes ----------------------------------------------------- */
 
 /* A batch aligned to align on the path cfg takes: a spacer first (in the chunk the batch goes
- * to), so that the allocation starts off the alignment and ptrs[0] lies past it; every member is aligned, the batch counts the
- * sizes plus align - 256 bytes, members are refused by the first pointer's name, and one free
- * of ptrs[0] gives everything back. */
+ * to), so that the allocation starts off the alignment and ptrs[0] lies past it; every member
+ * is aligned, the batch counts the sizes plus align - 256 bytes, members are refused by the
+ * first pointer's name, and one free of ptrs[0] gives everything back. */
 static void aligned_batch(const char *cfg, size_t align, size_t each, size_t spacing) {
   spool_pool *p = test_pool_with(cfg);
   cudaStream_t s = test_stream_create();

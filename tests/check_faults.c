@@ -158,7 +158,7 @@ static void imported_with_pointer(fault_run *r) {
   CK_CUDA(cudaStreamSynchronize(r->s)); /* the allocation has completed before the import */
 }
 
-/* ---- operations ------------------------------------------------------------------------------- */
+/* ---- operations ------------------------------------------------------------------------------ */
 
 static spool_status op_create(fault_run *r) {
   spool_pool *p = TEST_SENTINEL;
@@ -288,7 +288,7 @@ static spool_status op_import_pointer(fault_run *r) {
   return st;
 }
 
-/* ---- settling what an operation left open ----------------------------------------------------- */
+/* ---- settling what an operation left open ---------------------------------------------------- */
 
 static void end_scope(fault_run *r, spool_status st) {
   (void)st;
@@ -375,7 +375,7 @@ static const fault_row ROWS[] = {
 };
 #define NROWS ((int)(sizeof ROWS / sizeof ROWS[0]))
 
-/* ---- the sweep --------------------------------------------------------------------------------- */
+/* ---- the sweep ------------------------------------------------------------------------------- */
 
 /* Calls that report errors rather than make them: failing them means nothing. */
 static bool injectable(const char *api) {

@@ -259,7 +259,8 @@ SPOOL_EXPORT spool_status spool_config_format(const spool_config *cfg, char *buf
  *   size_t n; spool_config_format_sized(cfg, NULL, 0, &n); buf = malloc(n);
  *   spool_config_format_sized(cfg, buf, n, &n);
  * Returns SPOOL_OK; SPOOL_ERR_INVALID (cfg or needed NULL, buf NULL with len > 0, len too small
- * but not 0: buf untouched, *needed set). On the other failures *needed is 0. Thread safe. */
+ * but not 0: buf untouched, *needed set). On the other failures *needed is 0. Thread safe;
+ * buf and needed are the caller's. */
 SPOOL_EXPORT spool_status spool_config_format_sized(const spool_config *cfg, char *buf,
                                                     size_t len, size_t *needed);
 
@@ -621,7 +622,7 @@ SPOOL_EXPORT spool_status spool_stats_json(spool_pool *pool, char *buf, size_t l
  * with the larger *needed while it returns SPOOL_ERR_INVALID for a buffer too small.
  * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool or needed NULL, buf NULL with len > 0, len too
  * small but not 0: buf holds "", *needed set); SPOOL_ERR_CUDA. On the other failures *needed is
- * 0. Thread safe. */
+ * 0. Thread safe; buf and needed are the caller's. */
 SPOOL_EXPORT spool_status spool_stats_json_sized(spool_pool *pool, char *buf, size_t len,
                                                  size_t *needed);
 
