@@ -54,6 +54,7 @@ static spool_status create_handle(const spool_config *cfg, cudaMemPool_t *out) {
 /* What an adopted pool had before spool touched it, so that a failed adopt can put it back. */
 typedef struct saved_settings {
   uint64_t threshold;
+  uint64_t reserved; /* what it held from the device: what priming added goes back */
   int reuse[3];
   enum cudaMemAccessFlags access[SPOOL_MAX_PEERS];
 } saved_settings;
@@ -197,6 +198,8 @@ static spool_status prime(spool_pool *p, const char *ctx) {
 static spool_status save_settings(const spool_pool *p, saved_settings *out, const char *ctx) {
   spool_status s = get_attr(p, cudaMemPoolAttrReleaseThreshold, &out->threshold,
                             "release_threshold", ctx);
+  if (s == SPOOL_OK && p->cfg.reserve > 0)
+    s = get_attr(p, cudaMemPoolAttrReservedMemCurrent, &out->reserved, "reserved bytes", ctx);
   for (int i = 0; i < 3 && s == SPOOL_OK; i++)
     s = get_attr(p, REUSE_ATTRS[i], &out->reuse[i], REUSE_NAMES[i], ctx);
   for (int i = 0; i < p->cfg.peer_access_count && s == SPOOL_OK; i++) {
@@ -222,6 +225,10 @@ static void restore_settings(spool_pool *p, const saved_settings *old) {
     struct cudaMemAccessDesc d = access_desc(p->cfg.peer_access[i], old->access[i]);
     err = cudaMemPoolSetAccess(p->handle, &d, 1);
   }
+  /* A reserve primed within the old threshold stays reserved until the owner's next
+   * synchronize, or for good once its threshold is back: trim to what the pool held. */
+  if (err == cudaSuccess && p->cfg.reserve > 0)
+    err = cudaMemPoolTrimTo(p->handle, (size_t)old->reserved);
   if (err != cudaSuccess)
     spool__also_failed(SPOOL_OK, err, "restoring the adopted pool's settings");
 }
