@@ -38,6 +38,8 @@ typedef struct fault_run {
   spool_ipc_pointer xp;
   void *mapped; /* the buffer imported by the operation */
   char path[64];
+  cudaMemPool_t own;    /* a pool the test made, for spool_pool_adopt */
+  spool_pool *other[2]; /* pools an operation made besides r->pool */
 } fault_run;
 
 typedef struct fault_row {
@@ -140,6 +142,21 @@ static void capture_abandoned(fault_run *r) {
   CK_CUDA(cudaGraphDestroy(g));
 }
 
+/* The device is nearly full of what s2's cache holds: the next chunk needs the flush. */
+static void device_full_of_cache(fault_run *r) {
+  cudasim_set_capacity(0, 64 * MiB);
+  void *p = test_alloc_on(r->pool, 40 * MiB, r->s2);
+  CK_SPOOL(spool_free(r->pool, p, r->s2));
+}
+
+static void pool_to_adopt(fault_run *r) {
+  struct cudaMemPoolProps props = {.allocType = cudaMemAllocationTypePinned,
+                                   .location = {.type = cudaMemLocationTypeDevice, .id = 0}};
+  CK_CUDA(cudaMemPoolCreate(&r->own, &props));
+}
+
+static void two_devices(fault_run *r) { cudasim_set_device_count(2); (void)r; }
+
 static void config_file(fault_run *r) {
   snprintf(r->path, sizeof r->path, "/tmp/check_faults_%ld.conf", (long)getpid());
   FILE *f = fopen(r->path, "w");
@@ -239,13 +256,17 @@ static spool_status op_stats_get(fault_run *r) {
 
 static spool_status op_reset_peaks(fault_run *r) { return spool_stats_reset_peaks(r->pool); }
 
-static spool_status op_report(fault_run *r) {
+/* write (spool_report, spool_leaks) into a file that is thrown away. */
+static spool_status into_tmpfile(fault_run *r, spool_status (*write)(spool_pool *, FILE *)) {
   FILE *f = tmpfile();
   ck_assert_ptr_nonnull(f);
-  spool_status st = spool_report(r->pool, f);
+  spool_status st = write(r->pool, f);
   fclose(f);
   return st;
 }
+
+static spool_status op_report(fault_run *r) { return into_tmpfile(r, spool_report); }
+static spool_status op_leaks(fault_run *r) { return into_tmpfile(r, spool_leaks); }
 
 static spool_status op_stats_json(fault_run *r) {
   char buf[8192];
@@ -256,6 +277,28 @@ static spool_status op_config_load(fault_run *r) {
   spool_config cfg = test_config();
   spool_status st = spool_config_load(&cfg, r->path);
   unlink(r->path);
+  return st;
+}
+
+static spool_status op_adopt(fault_run *r) {
+  spool_pool *p = TEST_SENTINEL;
+  spool_config cfg = test_config();
+  CK_SPOOL(spool_config_parse(&cfg, "reserve=4MiB, release_threshold=64MiB"));
+  spool_status st = spool_pool_adopt(&p, r->own, &cfg);
+  if (st == SPOOL_OK) r->other[0] = p;
+  else ck_assert_ptr_null(p);
+  return st;
+}
+
+static spool_status op_set_access(fault_run *r) {
+  return spool_pool_set_access(r->pool, 1, SPOOL_ACCESS_READ_WRITE);
+}
+
+static spool_status op_create_all(fault_run *r) {
+  int count = -1;
+  spool_status st = spool_pools_create_all(r->other, 2, &count, NULL);
+  if (st == SPOOL_OK) ck_assert_int_eq(count, 2);
+  else ck_assert(count == 0 && !r->other[0] && !r->other[1]);
   return st;
 }
 
@@ -324,6 +367,18 @@ static void close_import(fault_run *r, spool_status st) {
   r->fd = -1;
 }
 
+/* The pools an operation made are destroyed (cleanly), and the test's own pool, which a failed
+ * adopt left with the settings it had (a new pool's: threshold 0) and nothing reserved. */
+static void destroy_others(fault_run *r, spool_status st) {
+  if (r->own && st != SPOOL_OK) {
+    ck_assert_uint_eq(test_pool_attr_u64(r->own, cudaMemPoolAttrReleaseThreshold), 0);
+    ck_assert_uint_eq(test_pool_attr_u64(r->own, cudaMemPoolAttrReservedMemCurrent), 0);
+  }
+  for (int i = 0; i < 2; i++)
+    if (r->other[i]) CK_SPOOL(spool_pool_destroy(r->other[i]));
+  if (r->own) CK_CUDA(cudaMemPoolDestroy(r->own));
+}
+
 static void drop_event(fault_run *r, spool_status st) {
   (void)st;
   CK_CUDA(cudaEventDestroy(r->ev));
@@ -336,6 +391,9 @@ static void drop_event(fault_run *r, spool_status st) {
 static const fault_row ROWS[] = {
     {"pool create (reserve)", NULL, NULL, op_create, NULL},
     {"pool destroy", NULL, stream_holds_memory, op_destroy, NULL},
+    {"pool adopt (reserve)", NULL, pool_to_adopt, op_adopt, destroy_others},
+    {"pools_create_all (2 devices)", NULL, two_devices, op_create_all, destroy_others},
+    {"pool_set_access (a peer)", NULL, two_devices, op_set_access, NULL},
     {"alloc, front hit", NULL, front_holds_small, op_alloc_small, NULL},
     {"free, into the front", NULL, hold_small, op_free, NULL},
     {"alloc, heap miss: new chunk", NULL, NULL, op_alloc_small, NULL},
@@ -344,6 +402,7 @@ static const fault_row ROWS[] = {
      NULL},
     {"alloc, large chunk", NULL, NULL, op_alloc_large, NULL},
     {"free, large chunk", "chunk_idle=0", hold_large, op_free, NULL},
+    {"alloc, out of memory: flush, trim", NULL, device_full_of_cache, op_alloc_large, NULL},
     {"alloc, uncached", "heap_max_block=1MiB", NULL, op_alloc_uncached, NULL},
     {"free, uncached", "heap_max_block=1MiB", hold_uncached, op_free, NULL},
     {"alloc, poison", "poison=on", NULL, op_alloc_small, NULL},
@@ -364,6 +423,7 @@ static const fault_row ROWS[] = {
     {"stats_reset_peaks", NULL, hold_small, op_reset_peaks, NULL},
     {"report", NULL, hold_small, op_report, NULL},
     {"stats_json", NULL, hold_small, op_stats_json, NULL},
+    {"leaks", NULL, hold_small, op_leaks, NULL},
     {"config_load", NULL, config_file, op_config_load, NULL},
     {"pool_export", IPC, NULL, op_export, NULL},
     {"pool_import", IPC, exported, op_import, close_import},
