@@ -5,7 +5,7 @@
  *  - the status is SPOOL_ERR_CUDA for a CUDA error (SPOOL_ERR_OOM, or a recovery, for an
  *    allocation that ran out of memory), or SPOOL_OK where the call was one spool may do
  *    without (a report's device line, the capture query's fast way);
- *  - spool_last_error() names the call that failed;
+ *  - spool_last_error() names the call that failed, and the runtime's last error is cleared;
  *  - the pool stays usable: a buffer can be allocated and freed afterwards;
  *  - once the caller has freed what it holds, bytes_in_use and buffers_in_use are 0 and
  *    spool_pool_destroy returns SPOOL_OK (no leak left behind by the failure);
@@ -535,7 +535,10 @@ static void failed_run(const fault_row *row, const char *api, long k, cudaError_
   run_setup(row, &r);
   cudasim_fail(api, (int)k, err);
   spool_status st = row->op(&r);
+  cudaError_t left = cudaGetLastError();
   ck_assert_msg(cudasim_armed() == 0, "%s, %s: the call was never made", row->name, where);
+  ck_assert_msg(left == cudaSuccess, "%s, %s: the runtime's last error is still %s", row->name,
+                where, cudaGetErrorName(left));
   t->injected++;
   spool_status want = want_of(api, err);
   if (st == SPOOL_OK) {
