@@ -990,8 +990,6 @@ static void destroy_one(spool__scache *c) {
   free(c);
 }
 
-/* Under the pool's lock, on its device: every chunk goes back, with any leaked buffer in it
- * (the leak report has named them), once the device is idle. */
 /* Without the device idle, work may still use any chunk: none goes back. CUDA keeps them
  * allocated even once the pool is destroyed (until freed), so the message says how much stays. */
 static spool_status heap_abandon_locked(spool_pool *p, spool_status s, const char *ctx) {
@@ -1001,6 +999,8 @@ static spool_status heap_abandon_locked(spool_pool *p, spool_status s, const cha
   return spool__append(s, "; the heap's chunks (%s) stay allocated", size);
 }
 
+/* Under the pool's lock, on its device: every chunk goes back, with any leaked buffer in it
+ * (the leak report has named them), once the device is idle. */
 static spool_status heap_destroy_locked(spool_pool *p, bool leaks_freed, const char *ctx) {
   cudaError_t err = cudaDeviceSynchronize();
   if (err != cudaSuccess)
