@@ -14,7 +14,7 @@
 static const char ALLOC[] = "spool_alloc_batch";
 
 #define BATCH_ALIGN_DEFAULT 256
-#define BATCH_ALIGN_MAX 256 /* what the pool guarantees for the allocation's start */
+#define POOL_ALIGN 256 /* what the pool guarantees for an allocation's start */
 
 static void clear(void **ptrs, size_t count) {
   for (size_t i = 0; i < count; i++) ptrs[i] = NULL;
@@ -40,10 +40,9 @@ static spool_status check_args(spool_pool *pool, size_t count, const size_t *siz
     return spool__fail(SPOOL_ERR_INVALID, "%s: sizes (%p) and ptrs (%p) overlap; the %zu "
                        "pointers would overwrite the sizes: pass two arrays", ALLOC,
                        (const void *)sizes, (void *)ptrs, count);
-  if (align == 0 || (align & (align - 1)) != 0 || align > BATCH_ALIGN_MAX)
+  if (align == 0 || (align & (align - 1)) != 0 || align > SPOOL_BATCH_ALIGN_MAX)
     return spool__fail(SPOOL_ERR_INVALID, "%s: alignment %zu is not a power of two up to %d "
-                       "(0 means %d; pool memory is aligned to %d bytes)", ALLOC, align,
-                       BATCH_ALIGN_MAX, BATCH_ALIGN_DEFAULT, BATCH_ALIGN_MAX);
+                       "(0 means %d)", ALLOC, align, SPOOL_BATCH_ALIGN_MAX, BATCH_ALIGN_DEFAULT);
   return SPOOL_OK;
 }
 
@@ -67,6 +66,31 @@ static spool_status layout(size_t count, const size_t *sizes, size_t align, void
   return SPOOL_OK;
 }
 
+/* One allocation for total bytes whose start (*first) is a multiple of align. Past the pool's
+ * 256 bytes it takes align - 256 bytes more, and a first pointer after the allocation's start
+ * is entered in aligned.c, for spool_free to find the start from it. */
+static spool_status alloc_aligned(spool_pool *pool, cudaStream_t stream, size_t total,
+                                  size_t align, const spool__site *site, char **first,
+                                  void **start) {
+  size_t extra = align > POOL_ALIGN ? align - POOL_ALIGN : 0;
+  if (total > SIZE_MAX - extra)
+    return spool__fail(SPOOL_ERR_INVALID, "%s: %zu bytes and %zu more for alignment %zu "
+                       "overflow size_t", ALLOC, total, extra, align);
+  void *base = NULL;
+  spool_status s = spool__alloc_site(pool, &base, total + extra, stream, site);
+  if (s != SPOOL_OK) return s;
+  uintptr_t at = ((uintptr_t)base + align - 1) & ~(uintptr_t)(align - 1);
+  if (at != (uintptr_t)base) s = spool__aligned_add(pool, at, at - (uintptr_t)base);
+  if (s != SPOOL_OK) {
+    spool_status undo = spool__free_site(pool, base, stream, site);
+    if (undo != SPOOL_OK) spool__append(s, "; freeing the batch's allocation failed too");
+    return s;
+  }
+  *first = (char *)at;
+  *start = base;
+  return SPOOL_OK;
+}
+
 static spool_status alloc_batch(spool_pool *pool, cudaStream_t stream, size_t count,
                                 const size_t *sizes, void **ptrs, size_t align,
                                 spool__site site) {
@@ -82,11 +106,12 @@ static spool_status alloc_batch(spool_pool *pool, cudaStream_t stream, size_t co
     return s;
   }
   site.batch = (uint32_t)count;
+  char *first = NULL;
   void *base = NULL;
-  s = spool__alloc_site(pool, &base, total, stream, &site);
+  s = alloc_aligned(pool, stream, total, align, &site, &first, &base);
   for (size_t i = 0; i < count; i++) {
     uintptr_t off = (uintptr_t)ptrs[i];
-    ptrs[i] = s == SPOOL_OK ? (char *)base + off : NULL;
+    ptrs[i] = s == SPOOL_OK ? first + off : NULL;
   }
   /* Memory tools see each member, so that a write past one into the padding is reported. */
   if (s == SPOOL_OK && spool__cache_carve(pool, (uintptr_t)base))

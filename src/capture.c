@@ -88,3 +88,7 @@ bool spool__capturing_quiet(cudaStream_t stream, bool if_unknown) {
   spool__restore_error(message);
   return capturing;
 }
+
+bool spool__graph_never_ran(const spool__buffer *b, cudaError_t err, cudaStream_t stream) {
+  return b->graph && err == cudaErrorInvalidValue && !spool__capturing_quiet(stream, true);
+}

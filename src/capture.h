@@ -38,4 +38,10 @@ bool spool__capturing_quiet(cudaStream_t stream, bool if_unknown);
 bool spool__relaxed_enter(enum cudaStreamCaptureMode *old);
 void spool__relaxed_leave(bool entered, enum cudaStreamCaptureMode old);
 
+/* Whether err, from freeing (or poisoning) the graph allocation b on stream outside a capture,
+ * says that its graph never ran: destroyed before a launch, or its capture abandoned (an end
+ * that failed). CUDA then knows no memory at the address (cudaErrorInvalidValue) and there is
+ * nothing to free: the record goes as if freed. */
+bool spool__graph_never_ran(const spool__buffer *b, cudaError_t err, cudaStream_t stream);
+
 #endif

@@ -198,18 +198,22 @@ static void spool__front_destroy(spool__scache *c) {
   free(c);
 }
 
+/* Without the device idle, work may still use any chunk: none goes back. CUDA keeps them
+ * allocated even once the pool is destroyed (until freed), so the message says how much stays. */
+static spool_status heap_abandon_locked(spool_pool *p, spool_status s, const char *ctx) {
+  char size[SPOOL__SIZE_TEXT];
+  spool__format_size(p->heap.chunk_bytes, size);
+  (void)spool__heap_destroy(p, cudaStreamPerThread, SPOOL__GIVE_NONE, ctx);
+  return spool__append(s, "; the heap's chunks (%s) stay allocated", size);
+}
+
 /* Under the pool's lock, on its device: every chunk goes back, with any leaked buffer in it
  * (the leak report has named them), once the device is idle. */
 static spool_status heap_destroy_locked(spool_pool *p, bool leaks_freed, const char *ctx) {
   cudaError_t err = cudaDeviceSynchronize();
-  if (err != cudaSuccess) {
-    /* Work may still use any chunk: none goes back (an own pool's destroy takes them). */
-    char size[SPOOL__SIZE_TEXT];
-    spool__format_size(p->heap.chunk_bytes, size);
-    (void)spool__heap_destroy(p, cudaStreamPerThread, SPOOL__GIVE_NONE, ctx);
-    return spool__fail_cuda(err, "cudaDeviceSynchronize", "%s: before giving the heap's chunks "
-                            "back; %s of them stay allocated", ctx, size);
-  }
+  if (err != cudaSuccess)
+    return heap_abandon_locked(p, spool__fail_cuda(err, "cudaDeviceSynchronize", "%s: before "
+                               "giving the heap's chunks back", ctx), ctx);
   spool_status s = spool__heap_destroy(p, cudaStreamPerThread,
                                        leaks_freed ? SPOOL__GIVE_ALL : SPOOL__GIVE_FREE, ctx);
   err = cudaStreamSynchronize(cudaStreamPerThread);
@@ -234,6 +238,8 @@ spool_status spool__cache_destroy(spool_pool *p, bool leaks_freed) {
     spool_status hs = spool__device_enter(p->device, &saved, ctx);
     if (hs == SPOOL_OK)
       hs = spool__device_leave(p->device, saved, heap_destroy_locked(p, leaks_freed, ctx), ctx);
+    else
+      hs = heap_abandon_locked(p, hs, ctx);
     s = hs;
   } else {
     (void)spool__heap_destroy(p, cudaStreamPerThread, SPOOL__GIVE_NONE, ctx); /* records */

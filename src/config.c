@@ -948,19 +948,34 @@ static void spool__write_config(const spool_config *cfg, spool__writer *w) {
   }
 }
 
-spool_status spool_config_format(const spool_config *cfg, char *buf, size_t len) {
+/* Both entry points: with needed NULL (spool_config_format) even len 0 is a buffer too small. */
+static spool_status config_format(const spool_config *cfg, char *buf, size_t len,
+                                  size_t *needed, const char *ctx) {
   spool__writer w = {NULL, 0, 0};
-  if (cfg == NULL) return spool__fail(SPOOL_ERR_INVALID, "spool_config_format: cfg is NULL");
-  if (buf == NULL) return spool__fail(SPOOL_ERR_INVALID, "spool_config_format: buf is NULL");
+  if (needed) *needed = 0;
+  if (cfg == NULL) return spool__fail(SPOOL_ERR_INVALID, "%s: cfg is NULL", ctx);
+  if (buf == NULL && (len || !needed))
+    return spool__fail(SPOOL_ERR_INVALID, "%s: buf is NULL, len %zu", ctx, len);
   spool__write_config(cfg, &w); /* measure first: buf stays untouched on failure */
+  if (needed) *needed = w.used + 1;
+  if (needed && len == 0) return SPOOL_OK;
   if (w.used >= len)
-    return spool__fail(SPOOL_ERR_INVALID,
-                       "spool_config_format: buf has %zu bytes, the text needs %zu (NUL "
-                       "included)",
-                       len, w.used + 1);
+    return spool__fail(SPOOL_ERR_INVALID, "%s: buf has %zu bytes, the text needs %zu (NUL "
+                       "included)", ctx, len, w.used + 1);
   w.buf = buf;
   w.cap = len;
   w.used = 0;
   spool__write_config(cfg, &w);
   return SPOOL_OK;
+}
+
+spool_status spool_config_format(const spool_config *cfg, char *buf, size_t len) {
+  return config_format(cfg, buf, len, NULL, "spool_config_format");
+}
+
+spool_status spool_config_format_sized(const spool_config *cfg, char *buf, size_t len,
+                                       size_t *needed) {
+  static const char ctx[] = "spool_config_format_sized";
+  if (!needed) return spool__fail(SPOOL_ERR_INVALID, "%s: needed is NULL", ctx);
+  return config_format(cfg, buf, len, needed, ctx);
 }

@@ -85,7 +85,7 @@ static spool_status live_buffer(spool_pool *pool, void *ptr, spool__buffer *out,
                        ctx, ptr, (void *)pool);
   char here[SPOOL__SITE_TEXT];
   snprintf(here, sizeof here, "%s", ctx);
-  spool_status s = spool__batch_refusal(ptr, out, here);
+  spool_status s = spool__batch_refusal(pool, ptr, out, here);
   if (s == SPOOL_OK) s = spool__scope_refusal(ptr, out, here);
   if (s != SPOOL_OK) return spool__prefix(s, ctx);
   return spool__fail(SPOOL_ERR_INTERIOR_POINTER, "%s: %p points inside buffer %p, not at its "
@@ -134,6 +134,7 @@ spool_status spool_record_stream(spool_pool *pool, void *ptr, cudaStream_t other
   if (pool->cfg.track == SPOOL_TRACK_OFF)
     return spool__fail(SPOOL_ERR_INVALID, "%s: track=off: spool cannot tell %p is a live buffer "
                        "(set track=counts or full)", ctx, ptr);
+  ptr = spool__aligned_start(pool, ptr); /* an aligned batch: its allocation's start */
   spool__buffer b;
   spool_status s = live_buffer(pool, ptr, &b, ctx);
   if (s == SPOOL_OK) s = not_captured(other, ctx, "stream");

@@ -700,6 +700,10 @@ static cudaError_t release_locked(spool_pool *pool, spool__buffer *b, cudaStream
     if (err != cudaSuccess) *api = "cudaMemsetAsync (poisoning the freed buffer)";
   }
   if (err == cudaSuccess) err = cudaFreeAsync((void *)b->ptr, stream);
+  if (err != cudaSuccess && spool__graph_never_ran(b, err, stream)) {
+    spool__clear_cuda_error(); /* no memory behind it: nothing to free */
+    err = cudaSuccess;
+  }
   if (err == cudaSuccess) {
     count_table_free(pool, b->size);
     b->died = *site;
@@ -816,14 +820,41 @@ static spool_status free_handed_off(spool_pool *pool, void *ptr, cudaStream_t st
   return s;
 }
 
+/* A free of ptr as the start of its allocation: the hand-off way for a free after an event or
+ * a buffer with recorded streams, else the plain way. */
+static inline spool_status free_start(spool_pool *pool, void *ptr, cudaStream_t stream,
+                                      cudaEvent_t event, const spool__site *site,
+                                      const char *ctx) {
+  if (event || (atomic_load_explicit(&pool->handoff_any, memory_order_relaxed) &&
+                spool__handoff_recorded(pool, ptr)))
+    return free_handed_off(pool, ptr, stream, event, site, ctx);
+  return free_plain(pool, ptr, stream, site);
+}
+
+/* A batch aligned past 256 bytes is freed by a pointer past its allocation's start. */
+static SPOOL__NOINLINE spool_status free_aligned(spool_pool *pool, void *ptr, cudaStream_t stream,
+                                                cudaEvent_t event, const spool__site *site,
+                                                const char *ctx) {
+  spool__buffer e;
+  void *start = spool__aligned_take(pool, ptr, &e);
+  spool_status s = free_start(pool, start, stream, event, site, ctx);
+  if (s != SPOOL_OK) spool__aligned_undo(pool, &e);
+  return s;
+}
+
+/* Every free: spool_free's, spool_free_after's (event), a scope's, a batch's. */
+static inline spool_status free_any(spool_pool *pool, void *ptr, cudaStream_t stream,
+                                    cudaEvent_t event, const spool__site *site, const char *ctx) {
+  if (atomic_load_explicit(&pool->aligned_live, memory_order_relaxed))
+    return free_aligned(pool, ptr, stream, event, site, ctx);
+  return free_start(pool, ptr, stream, event, site, ctx);
+}
+
 spool_status spool__free_site(spool_pool *pool, void *ptr, cudaStream_t stream,
                               const spool__site *site) {
   if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", FREE);
   if (!ptr) return SPOOL_OK;
-  if (atomic_load_explicit(&pool->handoff_any, memory_order_relaxed) &&
-      spool__handoff_recorded(pool, ptr))
-    return free_handed_off(pool, ptr, stream, NULL, site, FREE);
-  return free_plain(pool, ptr, stream, site);
+  return free_any(pool, ptr, stream, NULL, site, FREE);
 }
 
 spool_status spool_free(spool_pool *pool, void *ptr, cudaStream_t stream) {
@@ -844,5 +875,5 @@ spool_status spool_free_after(spool_pool *pool, void *ptr, cudaStream_t stream,
   if (!event) return spool__fail(SPOOL_ERR_INVALID, "%s: event is NULL", ctx);
   if (!ptr) return SPOOL_OK;
   static const spool__site site = {"spool_free_after", NULL, 0, 0};
-  return free_handed_off(pool, ptr, stream, event, &site, ctx);
+  return free_any(pool, ptr, stream, event, &site, ctx);
 }

@@ -415,6 +415,8 @@ struct spool_pool {
   _Atomic(struct spool__handoff *) handoff;
   atomic_bool handoff_any; /* some buffer has recorded streams: frees look them up */
   spool__nvtx nvtx;
+  spool__table aligned;              /* aligned.c: aligned batches' first pointers; under lock */
+  atomic_uint_fast64_t aligned_live; /* entries in it: frees look them up */
 };
 
 /* Whether memory tools are told of the pool's buffers: one relaxed load, on the hot path. */
@@ -615,7 +617,8 @@ const char *spool__buffer_text(const spool__buffer *b, char *out, size_t len);
 /* For a free refused because ptr points inside the live buffer b: the refusal naming the batch
  * or the scope b is (SPOOL_ERR_BATCH_MEMBER or SPOOL_ERR_INTERIOR_POINTER), or SPOOL_OK when b
  * is neither. here: the free's site, in words. */
-spool_status spool__batch_refusal(const void *ptr, const spool__buffer *b, const char *here);
+spool_status spool__batch_refusal(const spool_pool *pool, const void *ptr,
+                                  const spool__buffer *b, const char *here);
 spool_status spool__scope_refusal(const void *ptr, const spool__buffer *b, const char *here);
 /* The tag of scope chunks, for the leak report and refusals. */
 extern const char spool__scope_tag[];
@@ -636,6 +639,23 @@ spool_status spool__handoff_begin(spool_pool *pool, void *ptr, cudaStream_t stre
 void spool__handoff_end(spool_pool *pool, void *ptr, spool_status s);
 /* handoff.c: at pool destroy: the hand-off stream, event and table. */
 spool_status spool__handoff_destroy(spool_pool *pool);
+
+/* ---- aligned.c: batches aligned past 256 bytes, freed by their first pointer --------------- */
+
+/* Enters an aligned batch: first, its first pointer, lies pad bytes past its allocation's start
+ * (a live buffer). SPOOL_OK or SPOOL_ERR_HOST_OOM (then the caller frees the allocation). */
+spool_status spool__aligned_add(spool_pool *pool, uintptr_t first, uint64_t pad);
+/* The start of the allocation whose aligned batch begins at ptr, else ptr. */
+void *spool__aligned_start(spool_pool *pool, void *ptr);
+/* The first pointer of the aligned batch whose allocation starts at start, else start (a scan:
+ * for messages). */
+uintptr_t spool__aligned_first(const spool_pool *pool, uintptr_t start);
+/* Before a free of ptr: what to free, the start of its allocation when ptr is an aligned
+ * batch's first pointer (whose entry is taken out into *e, so that a second free of it on
+ * another thread cannot free the allocation twice), else ptr (e->ptr 0). When the free fails,
+ * spool__aligned_undo(e) enters the batch again. */
+void *spool__aligned_take(spool_pool *pool, void *ptr, spool__buffer *e);
+void spool__aligned_undo(spool_pool *pool, const spool__buffer *e);
 
 /* ---- time --------------------------------------------------------------------------------- */
 

@@ -93,12 +93,16 @@ spool_status spool_pool_export(spool_pool *pool, int *fd) {
 }
 
 /* The device with access to an imported pool: CUDA gives only the pool's own device access to
- * a freshly imported pool. -1 when no visible device has it. */
-static int resident_device(cudaMemPool_t handle, int count) {
+ * a freshly imported pool. -1 when no visible device has it; *failed: the first query CUDA
+ * refused (cudaSuccess if none), so that a refusal is not taken for a device out of sight. */
+static int resident_device(cudaMemPool_t handle, int count, cudaError_t *failed) {
+  *failed = cudaSuccess;
   for (int d = 0; d < count; d++) {
     enum cudaMemAccessFlags flags = cudaMemAccessFlagsProtNone;
     struct cudaMemLocation loc = {.type = cudaMemLocationTypeDevice, .id = d};
-    if (cudaMemPoolGetAccess(&flags, handle, &loc) != cudaSuccess) {
+    cudaError_t err = cudaMemPoolGetAccess(&flags, handle, &loc);
+    if (err != cudaSuccess) {
+      if (*failed == cudaSuccess) *failed = err;
       spool__clear_cuda_error();
       continue;
     }
@@ -126,8 +130,13 @@ static spool_status import_handle(int fd, cudaMemPool_t *handle, int *device) {
     return spool__fail_cuda(err, "cudaMemPoolImportFromShareableHandle", "%s: descriptor %d (is "
                             "it from spool_pool_export, and is that pool still alive?)", IMPORT,
                             fd);
-  *device = resident_device(*handle, count);
+  cudaError_t failed;
+  *device = resident_device(*handle, count, &failed);
   if (*device >= 0) return SPOOL_OK;
+  if (failed != cudaSuccess)
+    return destroy_import(*handle, spool__fail_cuda(failed, "cudaMemPoolGetAccess", "%s: finding "
+                                                    "the device of descriptor %d's pool",
+                                                    IMPORT, fd));
   spool_status s = spool__fail(SPOOL_ERR_UNSUPPORTED, "%s: the pool of descriptor %d lives on a "
                                "device this process cannot see (none of its %d visible devices "
                                "has access; CUDA_VISIBLE_DEVICES?)", IMPORT, fd, count);

@@ -1,6 +1,6 @@
 /* The leak report: every live buffer, grouped by the call site that allocated it, biggest group
  * first; and the sweep at destroy that writes it and frees what was left. */
-#include "internal.h"
+#include "capture.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -179,6 +179,10 @@ static void free_one(const spool__buffer *b, void *arg) {
   free_pass *f = arg;
   if (b->blk) return;
   cudaError_t err = cudaFreeAsync((void *)b->ptr, cudaStreamLegacy);
+  if (err != cudaSuccess && spool__graph_never_ran(b, err, cudaStreamLegacy)) {
+    spool__clear_cuda_error(); /* its graph never ran: nothing to free */
+    return;
+  }
   if (err != cudaSuccess && f->failed++ == 0) {
     f->err = err;
     f->ptr = b->ptr;

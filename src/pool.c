@@ -54,6 +54,7 @@ static spool_status create_handle(const spool_config *cfg, cudaMemPool_t *out) {
 /* What an adopted pool had before spool touched it, so that a failed adopt can put it back. */
 typedef struct saved_settings {
   uint64_t threshold;
+  uint64_t reserved; /* what it held from the device: what priming added goes back */
   int reuse[3];
   enum cudaMemAccessFlags access[SPOOL_MAX_PEERS];
 } saved_settings;
@@ -197,6 +198,8 @@ static spool_status prime(spool_pool *p, const char *ctx) {
 static spool_status save_settings(const spool_pool *p, saved_settings *out, const char *ctx) {
   spool_status s = get_attr(p, cudaMemPoolAttrReleaseThreshold, &out->threshold,
                             "release_threshold", ctx);
+  if (s == SPOOL_OK && p->cfg.reserve > 0)
+    s = get_attr(p, cudaMemPoolAttrReservedMemCurrent, &out->reserved, "reserved bytes", ctx);
   for (int i = 0; i < 3 && s == SPOOL_OK; i++)
     s = get_attr(p, REUSE_ATTRS[i], &out->reuse[i], REUSE_NAMES[i], ctx);
   for (int i = 0; i < p->cfg.peer_access_count && s == SPOOL_OK; i++) {
@@ -222,6 +225,10 @@ static void restore_settings(spool_pool *p, const saved_settings *old) {
     struct cudaMemAccessDesc d = access_desc(p->cfg.peer_access[i], old->access[i]);
     err = cudaMemPoolSetAccess(p->handle, &d, 1);
   }
+  /* A reserve primed within the old threshold stays reserved until the owner's next
+   * synchronize, or for good once its threshold is back: trim to what the pool held. */
+  if (err == cudaSuccess && p->cfg.reserve > 0)
+    err = cudaMemPoolTrimTo(p->handle, (size_t)old->reserved);
   if (err != cudaSuccess)
     spool__also_failed(SPOOL_OK, err, "restoring the adopted pool's settings");
 }
@@ -263,11 +270,13 @@ static spool_pool *pool_new(const spool_config *cfg, cudaMemPool_t handle, bool 
   atomic_init(&p->peak_bytes, 0);
   atomic_init(&p->peak_buffers, 0);
   spool__nvtx_init(p);
+  atomic_init(&p->aligned_live, 0);
   return p;
 }
 
 static void pool_free(spool_pool *p) {
   spool__table_free(&p->live);
+  spool__table_free(&p->aligned);
   spool__grave_free(&p->graves);
   spool__nvtx_fini(p);
   pthread_mutex_destroy(&p->lock);
@@ -403,11 +412,12 @@ spool_status spool_pool_destroy(spool_pool *pool) {
   if (pool->owned) {
     cudaError_t err = cudaMemPoolDestroy(pool->handle);
     if (err != cudaSuccess) {
+      /* The pool object goes all the same: the caller has no way to try again. */
       if (s == SPOOL_OK)
-        s = spool__fail_cuda(err, "cudaMemPoolDestroy", "spool_pool_destroy: device %d",
-                             pool->device);
+        s = spool__fail_cuda(err, "cudaMemPoolDestroy", "spool_pool_destroy: device %d; the "
+                             "cudaMemPool %p stays", pool->device, (void *)pool->handle);
       else
-        spool__also_failed(s, err, "cudaMemPoolDestroy");
+        spool__also_failed(s, err, "cudaMemPoolDestroy (the cudaMemPool stays)");
     }
   }
   pool_free(pool);

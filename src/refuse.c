@@ -19,16 +19,19 @@ const char *spool__buffer_text(const spool__buffer *b, char *out, size_t len) {
   return out;
 }
 
-spool_status spool__batch_refusal(const void *ptr, const spool__buffer *b, const char *here) {
+spool_status spool__batch_refusal(const spool_pool *pool, const void *ptr,
+                                  const spool__buffer *b, const char *here) {
   if (b->born.batch == 0) return SPOOL_OK;
   char size[SPOOL__SIZE_TEXT], site[SPOOL__SITE_TEXT];
+  /* An aligned batch begins past its allocation's start: name the pointer the caller holds. */
+  uintptr_t first = spool__aligned_first(pool, b->ptr);
   return spool__fail(SPOOL_ERR_BATCH_MEMBER,
                      "spool_free: %p is a sub-buffer (%" PRIuPTR " bytes in) of batch %p (%" PRIu32
                      " sub-buffers, %s, allocation #%" PRIu64 " on stream %p, allocated at %s); "
                      "free the whole batch with its first pointer %p (this free at %s); nothing "
-                     "was freed", ptr, (uintptr_t)ptr - b->ptr, (void *)b->ptr, b->born.batch,
+                     "was freed", ptr, (uintptr_t)ptr - first, (void *)first, b->born.batch,
                      spool__format_size(b->size, size), b->seq, (void *)b->stream,
-                     spool__site_text(&b->born, site, sizeof site), (void *)b->ptr, here);
+                     spool__site_text(&b->born, site, sizeof site), (void *)first, here);
 }
 
 spool_status spool__scope_refusal(const void *ptr, const spool__buffer *b, const char *here) {
@@ -53,10 +56,10 @@ static const char *freed_note(const spool__refusal *r, char *out, size_t len) {
   return out;
 }
 
-static spool_status interior(const void *ptr, const spool__refusal *r, const char *here,
-                             const char *note) {
+static spool_status interior(const spool_pool *pool, const void *ptr, const spool__refusal *r,
+                             const char *here, const char *note) {
   char buf[512];
-  spool_status named = spool__batch_refusal(ptr, &r->inside_buf, here);
+  spool_status named = spool__batch_refusal(pool, ptr, &r->inside_buf, here);
   if (named == SPOOL_OK) named = spool__scope_refusal(ptr, &r->inside_buf, here);
   if (named != SPOOL_OK) return named;
   return spool__fail(SPOOL_ERR_INTERIOR_POINTER,
@@ -84,7 +87,7 @@ spool_status spool__refuse_free(const spool_pool *p, const void *ptr, const spoo
   char buf[512], here[SPOOL__SITE_TEXT], note[SPOOL__SITE_TEXT + 64], gone[SPOOL__SITE_TEXT];
   spool__site_text(site, here, sizeof here);
   freed_note(r, note, sizeof note);
-  if (r->inside) return interior(ptr, r, here, note);
+  if (r->inside) return interior(p, ptr, r, here, note);
   if (r->other) return other_pool(p, ptr, r, here, note);
   if (r->freed)
     return spool__fail(SPOOL_ERR_DOUBLE_FREE,

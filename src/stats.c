@@ -292,8 +292,10 @@ static void write_json(json_out *j, spool_pool *pool, const spool_stats *st, int
   else put(j, ",\"device_free\":null,\"device_total\":null}");
 }
 
-spool_status spool_stats_json(spool_pool *pool, char *buf, size_t len) {
-  static const char ctx[] = "spool_stats_json";
+/* Both entry points: with needed NULL (spool_stats_json) even len 0 is a buffer too small. */
+static spool_status stats_json(spool_pool *pool, char *buf, size_t len, size_t *needed,
+                               const char *ctx) {
+  if (needed) *needed = 0;
   if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", ctx);
   if (!buf && len) return spool__fail(SPOOL_ERR_INVALID, "%s: buf is NULL, len %zu", ctx, len);
   spool_stats st;
@@ -303,8 +305,19 @@ spool_status spool_stats_json(spool_pool *pool, char *buf, size_t len) {
   bool have_mem = spool__device_meminfo_quiet(pool->device, &free_b, &total_b);
   json_out j = {buf, len, 0};
   write_json(&j, pool, &st, pool->device, have_mem, free_b, total_b);
-  if (j.used < len) return SPOOL_OK;
+  if (needed) *needed = j.used + 1;
+  if (j.used < len || (needed && len == 0)) return SPOOL_OK;
   if (len) buf[0] = '\0';
   return spool__fail(SPOOL_ERR_INVALID, "%s: buf holds %zu bytes; the JSON needs %zu (NUL "
                      "included)", ctx, len, j.used + 1);
+}
+
+spool_status spool_stats_json(spool_pool *pool, char *buf, size_t len) {
+  return stats_json(pool, buf, len, NULL, "spool_stats_json");
+}
+
+spool_status spool_stats_json_sized(spool_pool *pool, char *buf, size_t len, size_t *needed) {
+  static const char ctx[] = "spool_stats_json_sized";
+  if (!needed) return spool__fail(SPOOL_ERR_INVALID, "%s: needed is NULL", ctx);
+  return stats_json(pool, buf, len, needed, ctx);
 }

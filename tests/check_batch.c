@@ -66,6 +66,115 @@ START_TEST(batch_small_alignment) {
 }
 END_TEST
 
+/* ---- alignment past the pool's 256 bytes ----------------------------------------------------- */
+
+/* A batch aligned to align on the path cfg takes: a spacer first (in the chunk the batch goes
+ * to), so that the allocation starts off the alignment and ptrs[0] lies past it; every member
+ * is aligned, the batch counts the sizes plus align - 256 bytes, members are refused by the
+ * first pointer's name, and one free of ptrs[0] gives everything back. */
+static void aligned_batch(const char *cfg, size_t align, size_t each, size_t spacing) {
+  spool_pool *p = test_pool_with(cfg);
+  cudaStream_t s = test_stream_create();
+  void *spacer = test_alloc_on(p, spacing, s);
+  size_t sizes[] = {each, 100, each};
+  void *ptrs[3];
+  CK_SPOOL(SPOOL_ALLOC_BATCH(p, s, 3, sizes, ptrs, align));
+  for (int i = 0; i < 3; i++)
+    ck_assert_msg((uintptr_t)ptrs[i] % align == 0, "align %zu: ptrs[%d] = %p", align, i, ptrs[i]);
+  size_t padded = (each + align - 1) / align * align;
+  ck_assert_uint_eq(off(ptrs, 1), padded);
+  ck_assert_uint_eq(off(ptrs, 2), padded + align);
+  spool_stats st = test_stats(p);
+  ck_assert_uint_eq(st.buffers_in_use, 2);
+  ck_assert_uint_eq(st.bytes_in_use, spacing + padded + align + each + (align - 256));
+  CK_CUDA(cudaMemsetAsync(ptrs[0], 0x11, each, s));
+  CK_CUDA(cudaMemsetAsync(ptrs[2], 0x22, each, s));
+  unsigned char last = 0;
+  CK_CUDA(cudaMemcpyAsync(&last, (char *)ptrs[2] + each - 1, 1, cudaMemcpyDeviceToHost, s));
+  CK_CUDA(cudaStreamSynchronize(s));
+  ck_assert_uint_eq(last, 0x22);
+  CK_STATUS(spool_free(p, ptrs[2], s), SPOOL_ERR_BATCH_MEMBER);
+  char first[32];
+  snprintf(first, sizeof first, "first pointer %p", ptrs[0]);
+  CK_LAST_ERROR_HAS(first);
+  CK_SPOOL(spool_free(p, ptrs[0], s));
+  st = test_stats(p);
+  ck_assert_uint_eq(st.buffers_in_use, 1);
+  ck_assert_uint_eq(st.bytes_in_use, spacing);
+  ck_assert_int_ne(spool_free(p, ptrs[0], s), SPOOL_OK); /* a second free finds no batch */
+  CK_SPOOL(spool_free(p, spacer, s));
+  ck_assert_uint_eq(test_stats(p).bytes_in_use, 0);
+  test_pool_destroy(p);
+  test_stream_destroy(s);
+}
+
+START_TEST(batch_aligned_to_a_page_on_the_cached_path) { aligned_batch(NULL, 4096, 5000, 512); }
+END_TEST
+
+START_TEST(batch_aligned_to_64_KiB_on_the_cached_path) {
+  aligned_batch(NULL, 64 * KiB, 1000, 512);
+}
+END_TEST
+
+START_TEST(batch_aligned_to_2_MiB_on_the_cached_path) {
+  aligned_batch(NULL, SPOOL_BATCH_ALIGN_MAX, MiB, MiB + 512);
+}
+END_TEST
+
+START_TEST(batch_aligned_to_2_MiB_past_the_heap) {
+  aligned_batch("heap_max_block=1MiB", SPOOL_BATCH_ALIGN_MAX, 3 * MiB, 512);
+}
+END_TEST
+
+START_TEST(batch_aligned_to_a_page_uncached) { aligned_batch("cache=off", 4096, 10000, 512); }
+END_TEST
+
+/* The first pointer of an aligned batch is the batch for spool_record_stream and
+ * spool_free_after as well. */
+START_TEST(batch_aligned_handed_off_by_its_first_pointer) {
+  spool_pool *p = test_pool_with(NULL);
+  cudaStream_t s = test_stream_create(), other = test_stream_create();
+  void *spacer = test_alloc_on(p, 512, s);
+  size_t sizes[] = {4096, 4096};
+  void *a[2], *b[2];
+  CK_SPOOL(spool_alloc_batch(p, s, 2, sizes, a, 4096));
+  CK_SPOOL(spool_record_stream(p, a[0], other));
+  CK_SPOOL(spool_free(p, a[0], s));
+  CK_SPOOL(spool_alloc_batch(p, s, 2, sizes, b, 8192));
+  ck_assert_uint_eq((uintptr_t)b[0] % 8192, 0);
+  cudaEvent_t ev;
+  CK_CUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  CK_CUDA(cudaEventRecord(ev, other));
+  CK_SPOOL(spool_free_after(p, b[0], s, ev));
+  CK_CUDA(cudaStreamSynchronize(other));
+  CK_CUDA(cudaEventDestroy(ev));
+  CK_SPOOL(spool_free(p, spacer, s));
+  spool_stats st = test_stats(p);
+  ck_assert_uint_eq(st.buffers_in_use, 0);
+  ck_assert_uint_eq(st.bytes_in_use, 0);
+  test_pool_destroy(p);
+  test_stream_destroy(other);
+  test_stream_destroy(s);
+}
+END_TEST
+
+/* A leaked aligned batch is freed by destroy like any leak. */
+START_TEST(batch_aligned_leak_freed_at_destroy) {
+  spool_pool *p = test_pool_with("report=/dev/null");
+  cudaStream_t s = test_stream_create();
+  void *spacer = test_alloc_on(p, 512, s);
+  size_t sizes[] = {4096};
+  void *ptrs[1];
+  CK_SPOOL(spool_alloc_batch(p, s, 1, sizes, ptrs, 4096));
+  CK_SPOOL(spool_free(p, spacer, s));
+  CK_STATUS(spool_pool_destroy(p), SPOOL_ERR_LEAKS);
+#ifdef SPOOL_TEST_SIM
+  ck_assert_int_eq(cudasim_live_allocations(), 0);
+#endif
+  test_stream_destroy(s);
+}
+END_TEST
+
 START_TEST(batch_bad_arguments) {
   spool_pool *p = test_pool_with(NULL);
   cudaStream_t s = test_stream_create();
@@ -80,7 +189,9 @@ START_TEST(batch_bad_arguments) {
   CK_LAST_ERROR_HAS("count is 0");
   CK_STATUS(spool_alloc_batch(p, s, 2, sizes, ptrs, 300), SPOOL_ERR_INVALID);
   CK_LAST_ERROR_HAS("alignment 300");
-  CK_STATUS(spool_alloc_batch(p, s, 2, sizes, ptrs, 512), SPOOL_ERR_INVALID);
+  CK_STATUS(spool_alloc_batch(p, s, 2, sizes, ptrs, 2 * SPOOL_BATCH_ALIGN_MAX),
+            SPOOL_ERR_INVALID);
+  CK_LAST_ERROR_HAS("alignment 4194304 is not a power of two up to 2097152");
   size_t huge[] = {SIZE_MAX - 100, 1000};
   ptrs[0] = ptrs[1] = TEST_SENTINEL;
   CK_STATUS(spool_alloc_batch(p, s, 2, huge, ptrs, 0), SPOOL_ERR_INVALID);
@@ -240,6 +351,13 @@ static Suite *suite(void) {
   tcase_add_test(tc, batch_small_alignment);
   tcase_add_test(tc, batch_trailing_empty_member_is_a_member);
   tcase_add_test(tc, batch_bad_arguments);
+  tcase_add_test(tc, batch_aligned_to_a_page_on_the_cached_path);
+  tcase_add_test(tc, batch_aligned_to_64_KiB_on_the_cached_path);
+  tcase_add_test(tc, batch_aligned_to_2_MiB_on_the_cached_path);
+  tcase_add_test(tc, batch_aligned_to_2_MiB_past_the_heap);
+  tcase_add_test(tc, batch_aligned_to_a_page_uncached);
+  tcase_add_test(tc, batch_aligned_handed_off_by_its_first_pointer);
+  tcase_add_test(tc, batch_aligned_leak_freed_at_destroy);
   tcase_add_test(tc, batch_member_free_refused_cached);
   tcase_add_test(tc, batch_member_free_refused_uncached);
   tcase_add_test(tc, batch_member_free_refused_large);

@@ -7,7 +7,7 @@
  *
  * Built twice: check_capture_sim (cudasim models capture, graphs and graph memory nodes) and
  * check_capture_gpu (real CUDA). */
-#include "test_main.h"
+#include "test_capture.h"
 
 #include <pthread.h>
 
@@ -18,29 +18,6 @@
 #endif
 
 #define BYTES (64 * KiB)
-
-/* The capture a test has open. A failed assertion inside it jumps past its end, and a capture
- * left open makes the later tests' CUDA calls fail too (the gpu suite runs in one process, and
- * a global-mode capture forbids this thread the unsafe calls): the teardown ends it. */
-static cudaStream_t open_capture;
-
-static void begin_capture(cudaStream_t s, enum cudaStreamCaptureMode mode) {
-  CK_CUDA(cudaStreamBeginCapture(s, mode));
-  open_capture = s;
-}
-
-static cudaError_t end_capture(cudaStream_t s, cudaGraph_t *graph) {
-  open_capture = NULL;
-  return cudaStreamEndCapture(s, graph);
-}
-
-static void end_open_capture(void) {
-  if (!open_capture) return;
-  cudaGraph_t g = NULL;
-  if (cudaStreamEndCapture(open_capture, &g) == cudaSuccess && g) (void)cudaGraphDestroy(g);
-  (void)cudaGetLastError();
-  open_capture = NULL;
-}
 
 /* What the captured work allocates its temporaries with. */
 typedef enum { WITH_ALLOC, WITH_BATCH, WITH_SCOPE, WITH_NESTED_SCOPES } with;
@@ -181,15 +158,7 @@ static void outside_free_refused(const char *cfg, size_t size, enum cudaStreamCa
   CK_LAST_ERROR_HAS("nothing was freed");
   ck_assert_ptr_nonnull(graph);
   ck_assert_uint_eq(test_stats(p).buffers_in_use, 1);
-  cudaGraphExec_t exec = NULL;
-  CK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  CK_CUDA(cudaGraphLaunch(exec, s));
-  unsigned char first = 0;
-  CK_CUDA(cudaMemcpyAsync(&first, a, 1, cudaMemcpyDeviceToHost, s));
-  CK_CUDA(cudaStreamSynchronize(s));
-  ck_assert_uint_eq(first, 7);
-  CK_CUDA(cudaGraphExecDestroy(exec));
-  CK_CUDA(cudaGraphDestroy(graph));
+  ck_assert_uint_eq(launch_once_and_read(graph, s, a), 7);
   CK_SPOOL(spool_free(p, a, s)); /* after the capture: the ordinary free */
   ck_assert_uint_eq(test_stats(p).buffers_in_use, 0);
   test_pool_destroy(p);
@@ -368,8 +337,7 @@ END_TEST
 
 static Suite *suite(void) {
   Suite *su = suite_create("capture");
-  TCase *tc = test_tcase("replay");
-  tcase_add_checked_fixture(tc, NULL, end_open_capture);
+  TCase *tc = test_capture_tcase("replay");
   tcase_add_test(tc, capture_alloc_global);
   tcase_add_test(tc, capture_alloc_relaxed);
   tcase_add_test(tc, capture_batch_global);
@@ -379,8 +347,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, capture_nested_scopes_global);
   tcase_add_test(tc, capture_nested_scopes_relaxed);
   suite_add_tcase(su, tc);
-  tc = test_tcase("outside");
-  tcase_add_checked_fixture(tc, NULL, end_open_capture);
+  tc = test_capture_tcase("outside");
   tcase_add_test(tc, capture_outside_free_uncached);
   tcase_add_test(tc, capture_outside_free_large);
   tcase_add_test(tc, capture_outside_free_cached);

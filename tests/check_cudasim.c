@@ -281,6 +281,25 @@ START_TEST(calls_counted) {
 }
 END_TEST
 
+START_TEST(calls_all_lists_every_api_in_first_call_order) {
+  ck_assert_uint_eq(cudasim_calls_all(NULL, NULL, 0), 0);
+  void *p;
+  CK(cudaMalloc(&p, 100));
+  CK(cudaFree(p));
+  CK(cudaFree(NULL));
+  const char *names[4] = {NULL};
+  long counts[4] = {0};
+  ck_assert_uint_eq(cudasim_calls_all(names, counts, 4), 2);
+  ck_assert_str_eq(names[0], "cudaMalloc");
+  ck_assert_int_eq(counts[0], 1);
+  ck_assert_str_eq(names[1], "cudaFree");
+  ck_assert_int_eq(counts[1], 2);
+  ck_assert_uint_eq(cudasim_calls_all(names, counts, 1), 2); /* the total, whatever fits */
+  cudasim_reset();
+  ck_assert_uint_eq(cudasim_calls_all(names, counts, 4), 0);
+}
+END_TEST
+
 /* ---- streams and events ---------------------------------------------------------------------- */
 
 START_TEST(hold_release) {
@@ -1567,6 +1586,37 @@ START_TEST(graph_allocation_lifetime) {
 }
 END_TEST
 
+/* An allocation node whose graph never runs (its capture invalidated, or the graph destroyed
+ * before a launch) never gets memory: freeing its address afterwards is cudaErrorInvalidValue,
+ * and nothing stays reserved or live. */
+START_TEST(graph_allocation_that_never_ran) {
+  cudaMemPool_t p = new_pool(0, 0);
+  cudaStream_t s = new_stream();
+  size_t f0, f, t;
+  CK(cudaMemGetInfo(&f0, &t));
+  void *d = NULL, *e = NULL;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CK(cudaMallocFromPoolAsync(&d, 4 * MiB, p, s));
+  CK_ERR(cudaStreamSynchronize(s), cudaErrorStreamCaptureUnsupported); /* invalidates */
+  cudaGraph_t gr = (cudaGraph_t)(uintptr_t)0x99;
+  CK_ERR(cudaStreamEndCapture(s, &gr), cudaErrorStreamCaptureInvalidated);
+  ck_assert_ptr_null(gr);
+  CK_ERR(cudaFreeAsync(d, s), cudaErrorInvalidValue);
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CK(cudaMallocFromPoolAsync(&e, 4 * MiB, p, s));
+  gr = end_capture(s);
+  cudaGraphExec_t x = instantiate(gr);
+  CK(cudaGraphExecDestroy(x));
+  CK(cudaGraphDestroy(gr));
+  CK_ERR(cudaFreeAsync(e, s), cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+  ck_assert_int_eq(cudasim_graph_allocations(), 0);
+  ck_assert_int_eq(cudasim_live_allocations(), 0);
+  CK(cudaMemGetInfo(&f, &t));
+  ck_assert_uint_eq(f, f0);
+}
+END_TEST
+
 START_TEST(graph_allocation_freed_in_graph) {
   cudaStream_t s = new_stream();
   void *d = NULL;
@@ -1904,6 +1954,7 @@ static Suite *sim_suite(void) {
   tcase_add_test(tc, fail_nth);
   tcase_add_test(tc, fail_does_nothing);
   tcase_add_test(tc, calls_counted);
+  tcase_add_test(tc, calls_all_lists_every_api_in_first_call_order);
   suite_add_tcase(s, tc);
   tc = tcase("streams");
   tcase_add_test(tc, hold_release);
@@ -1957,6 +2008,7 @@ static Suite *sim_suite(void) {
   suite_add_tcase(s, tc);
   tc = tcase("graph memory");
   tcase_add_test(tc, graph_allocation_lifetime);
+  tcase_add_test(tc, graph_allocation_that_never_ran);
   tcase_add_test(tc, graph_allocation_freed_in_graph);
   tcase_add_test(tc, capture_free_of_uncaptured_memory);
   tcase_add_test(tc, graph_allocation_freed_by_another_graph);

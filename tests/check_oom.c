@@ -590,6 +590,56 @@ START_TEST(json_size_query) {
 }
 END_TEST
 
+/* spool_stats_json_sized(pool, NULL, 0, &n) is the size query: SPOOL_OK with n the JSON's
+ * length and NUL, nothing written; a buffer of n bytes then takes it, and one byte less is
+ * refused with n set all the same. */
+START_TEST(json_sized_query_returns_the_size) {
+  spool_pool *pool = uncached_pool();
+  void *a = alloc_ok(pool, 2 * MiB, NULL);
+  CK_CUDA(cudaDeviceSynchronize());
+  size_t needed = 0;
+  CK_SPOOL(spool_stats_json_sized(pool, NULL, 0, &needed));
+  char *json = stats_json(pool);
+  ck_assert_uint_eq(needed, strlen(json) + 1);
+  char *buf = malloc(needed + 1);
+  ck_assert_ptr_nonnull(buf);
+  memset(buf, 'X', needed + 1);
+  size_t again = 0;
+  CK_SPOOL(spool_stats_json_sized(pool, buf, needed, &again));
+  ck_assert_uint_eq(again, needed);
+  ck_assert_int_eq(buf[needed - 1], '\0');
+  ck_assert_int_eq(buf[needed], 'X');
+  CK_SPOOL(spool_stats_json_sized(pool, buf, 0, &again)); /* len 0: a query whatever buf is */
+  ck_assert_int_eq(buf[needed], 'X');
+  again = 0;
+  CK_STATUS(spool_stats_json_sized(pool, buf, needed - 1, &again), SPOOL_ERR_INVALID);
+  ck_assert_uint_eq(again, needed);
+  ck_assert_int_eq(buf[0], '\0');
+  CK_MSG_HAS("spool_stats_json_sized");
+  free(buf);
+  free(json);
+  CK_SPOOL(spool_free(pool, a, NULL));
+  test_pool_destroy(pool);
+}
+END_TEST
+
+START_TEST(json_sized_null_arguments) {
+  size_t needed = 99;
+  char buf[64];
+  CK_STATUS(spool_stats_json_sized(NULL, buf, sizeof buf, &needed), SPOOL_ERR_INVALID);
+  CK_MSG_HAS("pool is NULL");
+  ck_assert_uint_eq(needed, 0);
+  spool_pool *pool = uncached_pool();
+  CK_STATUS(spool_stats_json_sized(pool, NULL, 0, NULL), SPOOL_ERR_INVALID);
+  CK_MSG_HAS("needed is NULL");
+  needed = 99;
+  CK_STATUS(spool_stats_json_sized(pool, NULL, 4096, &needed), SPOOL_ERR_INVALID);
+  CK_MSG_HAS("buf is NULL, len 4096");
+  ck_assert_uint_eq(needed, 0);
+  test_pool_destroy(pool);
+}
+END_TEST
+
 START_TEST(json_null_arguments) {
   char buf[64];
   CK_STATUS(spool_stats_json(NULL, buf, sizeof buf), SPOOL_ERR_INVALID);
@@ -1122,6 +1172,8 @@ static Suite *oom_suite(void) {
   tcase_add_test(tc, json_len_too_small);
   tcase_add_test(tc, json_null_arguments);
   tcase_add_test(tc, json_size_query);
+  tcase_add_test(tc, json_sized_query_returns_the_size);
+  tcase_add_test(tc, json_sized_null_arguments);
   suite_add_tcase(s, tc);
 
 #ifdef SPOOL_TEST_SIM

@@ -255,9 +255,20 @@ SPOOL_EXPORT spool_status spool_config_validate(const spool_config *cfg);
 
 /* Writes *cfg as config text that spool_config_parse reads back to the same settings, one
  * `key=value` per line, NUL-terminated, into buf of len bytes. Returns SPOOL_OK,
- * SPOOL_ERR_INVALID (cfg or buf NULL, or len too small: the message gives the size needed).
- * Thread safe. */
+ * SPOOL_ERR_INVALID (cfg or buf NULL, or len too small: the message gives the size needed, and
+ * buf is untouched). To learn the size first, use spool_config_format_sized. Thread safe. */
 SPOOL_EXPORT spool_status spool_config_format(const spool_config *cfg, char *buf, size_t len);
+
+/* spool_config_format that also says how big buf must be: *needed is set to the text's length
+ * plus its NUL, on SPOOL_OK and on a buffer too small alike. len 0 (buf may then be NULL) asks
+ * for the size only: SPOOL_OK, nothing written. The usual pattern:
+ *   size_t n; spool_config_format_sized(cfg, NULL, 0, &n); buf = malloc(n);
+ *   spool_config_format_sized(cfg, buf, n, &n);
+ * Returns SPOOL_OK; SPOOL_ERR_INVALID (cfg or needed NULL, buf NULL with len > 0, len too small
+ * but not 0: buf untouched, *needed set). On the other failures *needed is 0. Thread safe;
+ * buf and needed are the caller's. */
+SPOOL_EXPORT spool_status spool_config_format_sized(const spool_config *cfg, char *buf,
+                                                    size_t len, size_t *needed);
 
 /* ---------------------------------------------------------------------------------------------
  * Pools
@@ -295,7 +306,8 @@ SPOOL_EXPORT spool_status spool_pool_adopt(spool_pool **pool, cudaMemPool_t hand
  * written to stderr; then all are freed after a device synchronize (their streams may be gone;
  * with track=off spool cannot free them), and the call returns SPOOL_ERR_LEAKS (or
  * SPOOL_ERR_CUDA when CUDA refused to synchronize or free: the message then says how many
- * leaked buffers stay allocated). An own pool is
+ * leaked buffers, or how much of the heap's chunks, stay allocated: CUDA keeps a destroyed
+ * pool's memory until it is freed). An own pool is
  * then destroyed with cudaMemPoolDestroy; an adopted one is left to its owner. NULL: SPOOL_OK,
  * nothing done. Returns SPOOL_OK, SPOOL_ERR_LEAKS, SPOOL_ERR_CUDA; the pool is gone in every
  * case. A pointer that is no live pool (destroyed already) is SPOOL_ERR_INVALID, nothing done:
@@ -361,7 +373,10 @@ SPOOL_EXPORT spool_status spool_alloc_tagged(spool_pool *pool, void **ptr, size_
  * freed; a buffer allocated outside it is refused with SPOOL_ERR_INVALID, nothing freed and the
  * capture intact (free it after cudaStreamEndCapture), for every buffer, cached or not. With
  * capture_check=off spool does not ask: a cached buffer goes back to its cache and the
- * driver judges the others (it refuses them and invalidates the capture).
+ * driver judges the others (it refuses them and invalidates the capture). A graph allocation
+ * freed outside a capture whose graph never ran (destroyed before a launch, or the capture
+ * abandoned: cudaStreamEndCapture failed) has no memory behind it: CUDA refuses the free with
+ * cudaErrorInvalidValue, spool drops the record and returns SPOOL_OK.
  * A buffer with streams recorded by spool_record_stream is freed as spool_free_after says.
  * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool NULL; see capture above); with track=counts or full,
  * for a ptr that is not a live buffer of this pool (nothing reaches the driver, the message names
@@ -423,20 +438,25 @@ SPOOL_EXPORT spool_status spool_trim(spool_pool *pool, size_t keep_bytes);
  * ------------------------------------------------------------------------------------------- */
 
 /* Allocates count sub-buffers as one allocation (one spool_alloc on stream, so the stream cache
- * may serve it): ptrs[i] gets sizes[i] bytes at an offset that is a multiple of alignment, in
- * order, without overlap. alignment 0 means 256; otherwise a power of two up to 256 (pool
- * memory is 256-aligned; larger alignments are not offered). ptrs[0] is the allocation's start:
- * free the whole batch with spool_free(pool, ptrs[0], stream); spool_free of any other
- * sub-pointer is refused with SPOOL_ERR_BATCH_MEMBER, naming the batch. A size of 0 gets a
- * pointer to no bytes (it may equal the next sub-buffer's). All sizes 0: every ptrs[i] is NULL
- * and nothing is allocated. The batch counts as one buffer of the sum of the padded sizes in
- * spool_stats, and the leak report lists it as "batch of <count>".
+ * may serve it): ptrs[i] gets sizes[i] bytes at an address that is a multiple of alignment, in
+ * order, without overlap. alignment 0 means 256; otherwise a power of two up to
+ * SPOOL_BATCH_ALIGN_MAX (2 MiB: pages for I/O, TMA descriptors). Pool memory is 256-aligned, so
+ * above 256 the allocation takes alignment - 256 bytes more and ptrs[0] may lie up to that far
+ * past its start. Free the whole batch with spool_free(pool, ptrs[0], stream) (or
+ * spool_free_after; spool_record_stream takes ptrs[0] too); spool_free of any other sub-pointer
+ * is refused with SPOOL_ERR_BATCH_MEMBER, naming the batch. A size of 0 gets a pointer to no
+ * bytes (it may equal the next sub-buffer's). All sizes 0: every ptrs[i] is NULL and nothing is
+ * allocated. The batch counts as one buffer in spool_stats, of the sum of the padded sizes plus
+ * the alignment's extra bytes, and the leak report lists it as "batch of <count>" at the
+ * allocation's start.
  * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool, sizes or ptrs NULL, count 0 or above UINT32_MAX,
- * alignment not a power of two up to 256, the total overflows, sizes and ptrs overlapping:
+ * alignment not a power of two up to SPOOL_BATCH_ALIGN_MAX (the message gives both), the total
+ * overflows, sizes and ptrs overlapping:
  * then ptrs, which is sizes too, is left as it was); otherwise what spool_alloc returns. On
  * failure ptrs[0..count) are NULL and nothing is allocated. A trailing sub-buffer of no bytes
  * points inside the batch (one byte is added for it). Thread safe. sizes is
  * read during the call only; the caller owns the batch and frees it with spool_free. */
+#define SPOOL_BATCH_ALIGN_MAX (2 << 20) /* largest alignment of spool_alloc_batch: 2 MiB */
 SPOOL_EXPORT spool_status spool_alloc_batch(spool_pool *pool, cudaStream_t stream, size_t count,
                                             const size_t *sizes, void **ptrs, size_t alignment);
 
@@ -461,8 +481,10 @@ typedef struct spool_scope spool_scope;
  * Scopes nest: a scope begun on a stream by a thread that has a scope open on that stream is
  * its child, and must end before its parent (ending a parent with open children is
  * SPOOL_ERR_INVALID and ends nothing). A scope begun while stream is being captured into a
- * graph takes its chunks from the graph (never from the cache) and must end in the same
- * capture; one begun outside a capture must end outside it.
+ * graph takes its chunks from the graph (never from the cache) and ends in the same capture,
+ * or after that capture is over (ended, or abandoned: then its chunks are freed as any graph
+ * allocation is after its graph; not inside a later capture); one begun outside a capture must
+ * end outside it.
  * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool or scope NULL); SPOOL_ERR_CUDA (the stream's capture
  * state cannot be read: destroyed?); SPOOL_ERR_HOST_OOM. Nothing is allocated on the device
  * until the first spool_scope_alloc. On failure *scope is NULL. Thread safe. The pool owns
@@ -491,8 +513,9 @@ SPOOL_EXPORT cudaStream_t spool_scope_stream(const spool_scope *scope);
 /* Ends the scope: frees every chunk it took with spool_free on its stream, in stream order, so
  * the memory is reused once the stream's work queued so far is done (at once by later work on
  * the same stream). The scope object goes back to the pool.
- * Returns SPOOL_OK; SPOOL_ERR_INVALID (scope NULL; it has open child scopes; the stream's capture
- * state differs from when the scope began: the message says which; nothing is ended);
+ * Returns SPOOL_OK; SPOOL_ERR_INVALID (scope NULL; it has open child scopes; the scope began
+ * outside a capture and the stream is being captured now: the message says so; nothing is
+ * ended);
  * SPOOL_ERR_SCOPE_ENDED (ended already, as spool_scope_alloc says); SPOOL_ERR_CUDA (a chunk's
  * free failed: the chunks not yet freed stay with the scope, which stays open). Thread safe. */
 SPOOL_EXPORT spool_status spool_scope_end(spool_scope *scope);
@@ -591,11 +614,23 @@ SPOOL_EXPORT spool_status spool_stats_reset_peaks(spool_pool *pool);
 SPOOL_EXPORT spool_status spool_report(spool_pool *pool, FILE *out);
 
 /* Writes the stats as one JSON object into buf (len bytes, NUL-terminated): the keys are the
- * spool_stats field names (size excluded), plus "device", "device_free" and "device_total"
- * (cudaMemGetInfo; null when it fails). buf NULL with len 0 asks for the size only.
- * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool NULL, buf NULL with len > 0, or len too small: the
- * message gives the size needed, and buf holds "" when len > 0); SPOOL_ERR_CUDA. Thread safe. */
+ * spool_stats field names (size excluded), plus "device", "streams" (each stream's bytes),
+ * "device_free" and "device_total" (cudaMemGetInfo; null when it fails).
+ * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool NULL, buf NULL with len > 0, or len too small, 0
+ * included: the message gives the size needed, and buf holds "" when len > 0); SPOOL_ERR_CUDA.
+ * To learn the size as a number, use spool_stats_json_sized. Thread safe. */
 SPOOL_EXPORT spool_status spool_stats_json(spool_pool *pool, char *buf, size_t len);
+
+/* spool_stats_json that also says how big buf must be: *needed is set to the JSON's length plus
+ * its NUL, on SPOOL_OK and on a buffer too small alike. len 0 (buf may then be NULL) asks for the
+ * size only: SPOOL_OK, nothing written. The figures move between two calls (buffers come and go,
+ * streams appear), so the next call may need more: allocate some room to spare, or call again
+ * with the larger *needed while it returns SPOOL_ERR_INVALID for a buffer too small.
+ * Returns SPOOL_OK; SPOOL_ERR_INVALID (pool or needed NULL, buf NULL with len > 0, len too
+ * small but not 0: buf holds "", *needed set); SPOOL_ERR_CUDA. On the other failures *needed is
+ * 0. Thread safe; buf and needed are the caller's. */
+SPOOL_EXPORT spool_status spool_stats_json_sized(spool_pool *pool, char *buf, size_t len,
+                                                 size_t *needed);
 
 /* Writes the leak report: every live buffer (size, stream, call site or tag, allocation number,
  * age), grouped by call site with totals, biggest group first; "no live buffers" when there are

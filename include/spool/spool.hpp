@@ -162,13 +162,11 @@ class config {
 
   /* The settings as config text (spool_config_format). */
   std::string str() const {
-    std::vector<char> buf(4096);
-    for (;;) {
-      spool_status s = spool_config_format(&cfg_, buf.data(), buf.size());
-      if (s == SPOOL_OK) return std::string(buf.data());
-      if (s != SPOOL_ERR_INVALID || buf.size() >= (std::size_t{1} << 20)) throw error(s);
-      buf.resize(buf.size() * 4); /* too small: the message gives the size; just grow */
-    }
+    std::size_t needed = 0;
+    detail::check(spool_config_format_sized(&cfg_, nullptr, 0, &needed));
+    std::vector<char> buf(needed);
+    detail::check(spool_config_format_sized(&cfg_, buf.data(), buf.size(), &needed));
+    return std::string(buf.data());
   }
 
   spool_config &get() noexcept { return cfg_; }

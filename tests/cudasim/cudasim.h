@@ -56,6 +56,11 @@ void cudasim_release(cudaStream_t s);
 /* How often api was called since the last reset, failed calls included. */
 long cudasim_calls(const char *api);
 
+/* Every API called since the last reset and how often (failed calls included), in the order of
+ * their first call: fills names[i] (static storage) and counts[i] for i < cap and returns how
+ * many APIs there are, so that a test can see every call an operation makes. */
+size_t cudasim_calls_all(const char **names, long *counts, size_t cap);
+
 /* ---- more control, for the tests' needs ------------------------------------------------- */
 
 #define CUDASIM_DEFAULT_CAPACITY ((size_t)16 << 30) /* 16 GiB */

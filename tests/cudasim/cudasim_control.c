@@ -137,6 +137,17 @@ long cudasim_calls(const char *api) {
   return n;
 }
 
+size_t cudasim_calls_all(const char **names, long *counts, size_t cap) {
+  cudasim__lock();
+  size_t n = cudasim__g.ncounts;
+  for (size_t i = 0; i < n && i < cap; i++) {
+    if (names) names[i] = cudasim__g.counts[i].name;
+    if (counts) counts[i] = cudasim__g.counts[i].n;
+  }
+  cudasim__unlock();
+  return n;
+}
+
 void cudasim_set_driver_version(int version) {
   cudasim__lock();
   cudasim__g.driver = version;
