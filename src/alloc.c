@@ -2,6 +2,7 @@
  * cudaMallocFromPoolAsync / cudaFreeAsync, with tracking, poisoning, trim, and the words for a
  * free that must not reach the driver. */
 #include "internal.h"
+#include "trace_format.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -120,8 +121,8 @@ spool_status spool__record_alloc(spool_pool *p, void *ptr, size_t size, cudaStre
   return record(p, ptr, size, stream, site, false);
 }
 
-spool_status spool__alloc_site(spool_pool *pool, void **ptr, size_t size, cudaStream_t stream,
-                               const spool__site *site) {
+static inline spool_status alloc_site(spool_pool *pool, void **ptr, size_t size,
+                                      cudaStream_t stream, const spool__site *site) {
   if (ptr) *ptr = NULL;
   if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", ALLOC);
   if (!ptr) return spool__fail(SPOOL_ERR_INVALID, "%s: ptr is NULL", ALLOC);
@@ -163,6 +164,25 @@ spool_status spool__alloc_site(spool_pool *pool, void **ptr, size_t size, cudaSt
   }
   *ptr = p;
   return SPOOL_OK;
+}
+
+/* The allocation and its trace record (trace.c). The capture query costs a driver call, paid
+ * only while tracing. */
+static SPOOL__NOINLINE spool_status alloc_traced(spool_pool *pool, void **ptr, size_t size,
+                                                 cudaStream_t stream, const spool__site *site) {
+  spool_status s = alloc_site(pool, ptr, size, stream, site);
+  if (!ptr || size == 0) return s;
+  spool__trace_ev ev = {.kind = SPOOL_TRACE_ALLOC, .status = s, .ptr = *ptr, .size = size,
+                        .stream = stream, .site = site, .aux = site->batch};
+  if (spool__capturing_quiet(stream, false)) ev.flags = SPOOL_TRACE_CAPTURING;
+  spool__trace_event(pool, &ev);
+  return s;
+}
+
+spool_status spool__alloc_site(spool_pool *pool, void **ptr, size_t size, cudaStream_t stream,
+                               const spool__site *site) {
+  if (pool && SPOOL__UNLIKELY(pool->trace)) return alloc_traced(pool, ptr, size, stream, site);
+  return alloc_site(pool, ptr, size, stream, site);
 }
 
 spool_status spool_alloc(spool_pool *pool, void **ptr, size_t size, cudaStream_t stream) {
@@ -339,16 +359,34 @@ spool_status spool__free_plain(spool_pool *pool, void *ptr, cudaStream_t stream,
   return free_plain(pool, ptr, stream, site);
 }
 
-spool_status spool__free_site(spool_pool *pool, void *ptr, cudaStream_t stream,
-                              const spool__site *site) {
-  if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", FREE);
-  if (!ptr) return SPOOL_OK;
+/* After the arguments were checked: a buffer with recorded streams (spool_record_stream) goes
+ * the hand-off way, the rest the plain way. */
+static inline spool_status free_site(spool_pool *pool, void *ptr, cudaStream_t stream,
+                                     const spool__site *site) {
   spool_status s;
-  /* issue 5: a buffer with recorded streams (spool_record_stream) goes the hand-off way */
   if (atomic_load_explicit(&pool->handoff_any, memory_order_relaxed) &&
       spool__handoff_free(pool, ptr, stream, site, &s))
     return s;
   return free_plain(pool, ptr, stream, site);
+}
+
+/* The free and its trace record, numbered before the free (see spool__trace_ev). */
+static SPOOL__NOINLINE spool_status free_traced(spool_pool *pool, void *ptr, cudaStream_t stream,
+                                                const spool__site *site) {
+  spool__trace_ev ev = {.kind = SPOOL_TRACE_FREE, .seq = spool__trace_seq(pool), .ptr = ptr,
+                        .stream = stream, .site = site};
+  if (spool__capturing_quiet(stream, false)) ev.flags = SPOOL_TRACE_CAPTURING;
+  ev.status = free_site(pool, ptr, stream, site);
+  spool__trace_event(pool, &ev);
+  return ev.status;
+}
+
+spool_status spool__free_site(spool_pool *pool, void *ptr, cudaStream_t stream,
+                              const spool__site *site) {
+  if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", FREE);
+  if (!ptr) return SPOOL_OK;
+  if (SPOOL__UNLIKELY(pool->trace)) return free_traced(pool, ptr, stream, site);
+  return free_site(pool, ptr, stream, site);
 }
 
 spool_status spool_free(spool_pool *pool, void *ptr, cudaStream_t stream) {
@@ -382,5 +420,7 @@ spool_status spool_trim(spool_pool *pool, size_t keep_bytes) {
   pthread_mutex_lock(&pool->lock);
   pool->c.trims++;
   pthread_mutex_unlock(&pool->lock);
+  if (SPOOL__UNLIKELY(pool->trace))
+    spool__trace_point(pool, SPOOL_TRACE_TRIM, SPOOL_OK, keep_bytes, NULL);
   return SPOOL_OK;
 }

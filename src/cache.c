@@ -31,6 +31,7 @@
 #define _POSIX_C_SOURCE 200809L /* nanosleep */
 
 #include "internal.h"
+#include "trace_format.h"
 
 #include <inttypes.h>
 #include <sched.h>
@@ -1067,5 +1068,7 @@ spool_status spool_stream_release(spool_pool *pool, cudaStream_t stream) {
     }
   }
   pthread_mutex_unlock(&pool->lock);
+  if (SPOOL__UNLIKELY(pool->trace))
+    spool__trace_point(pool, SPOOL_TRACE_STREAM_RELEASE, s, 0, stream);
   return s;
 }

@@ -20,6 +20,7 @@
  * takes the event's state when it is called, so the event may be recorded again at once; the
  * hand-off lock keeps each record-and-wait pair together. */
 #include "internal.h"
+#include "trace_format.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -144,6 +145,10 @@ spool_status spool_record_stream(spool_pool *pool, void *ptr, cudaStream_t other
   s = add_stream(h, (uintptr_t)ptr, other, ctx);
   if (s == SPOOL_OK) atomic_store(&pool->handoff_any, true);
   pthread_mutex_unlock(&h->lock);
+  if (s == SPOOL_OK && pool->trace) {
+    spool__trace_ev ev = {.kind = SPOOL_TRACE_RECORD_STREAM, .ptr = ptr, .stream = other};
+    spool__trace_event(pool, &ev);
+  }
   return s;
 }
 
@@ -279,7 +284,12 @@ spool_status spool_free_after(spool_pool *pool, void *ptr, cudaStream_t stream,
   spool__handoff *h = handoff_of(pool);
   if (!h) return spool__fail(SPOOL_ERR_HOST_OOM, "%s: no host memory", ctx);
   static const spool__site site = {"spool_free_after", NULL, 0, 0};
-  return deferred_free(pool, h, ptr, stream, event, &site, ctx);
+  if (!pool->trace) return deferred_free(pool, h, ptr, stream, event, &site, ctx);
+  spool__trace_ev ev = {.kind = SPOOL_TRACE_FREE, .flags = SPOOL_TRACE_AFTER, .ptr = ptr,
+                        .seq = spool__trace_seq(pool), .stream = stream, .site = &site};
+  ev.status = deferred_free(pool, h, ptr, stream, event, &site, ctx);
+  spool__trace_event(pool, &ev);
+  return ev.status;
 }
 
 spool_status spool__handoff_destroy(spool_pool *pool) {

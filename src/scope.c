@@ -25,6 +25,7 @@
  * Locks: the scopes' lock (begin, end, the open list) is never held while calling spool_alloc
  * or spool_free; a scope's own lock is, which is fine since nothing takes it from inside. */
 #include "internal.h"
+#include "trace_format.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -123,6 +124,14 @@ static spool_scope *innermost(spool__scopes *ss, cudaStream_t stream, uint64_t t
   return NULL;
 }
 
+/* Its chunks' allocations and frees are in the trace already; these say where it began and
+ * ended. */
+static void trace_scope(const spool_scope *sc, int kind) {
+  spool__trace_ev ev = {.kind = (uint8_t)kind, .ptr = sc, .stream = sc->stream,
+                        .aux = (uint32_t)sc->number};
+  spool__trace_event(sc->pool, &ev);
+}
+
 /* ---- begin --------------------------------------------------------------------------------- */
 
 spool_status spool_scope_begin(spool_pool *pool, cudaStream_t stream, spool_scope **scope) {
@@ -155,6 +164,7 @@ spool_status spool_scope_begin(spool_pool *pool, cudaStream_t stream, spool_scop
   pthread_mutex_unlock(&ss->lock);
   if (!sc) return spool__fail(SPOOL_ERR_HOST_OOM, "%s: no host memory for a scope", ctx);
   *scope = sc;
+  if (pool->trace) trace_scope(sc, SPOOL_TRACE_SCOPE_BEGIN);
   return SPOOL_OK;
 }
 
@@ -316,6 +326,7 @@ spool_status spool_scope_end(spool_scope *sc) {
   }
   pthread_mutex_unlock(&sc->lock);
   if (s != SPOOL_OK) return s;
+  if (sc->pool->trace) trace_scope(sc, SPOOL_TRACE_SCOPE_END);
   pthread_mutex_lock(&ss->lock);
   retire(ss, sc);
   pthread_mutex_unlock(&ss->lock);
