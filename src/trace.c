@@ -96,7 +96,7 @@ static tbuf *my_buf(spool__trace *t) {
   return b;
 }
 
-/* ---- writing ----------------------------------------------------------------------------------- */
+/* ---- writing --------------------------------------------------------------------------------- */
 
 static bool write_all(int fd, const unsigned char *p, size_t n) {
   while (n > 0) {
@@ -200,7 +200,7 @@ void spool__trace_point(spool_pool *pool, int kind, spool_status s, uint64_t siz
   spool__trace_flush(pool);
 }
 
-/* ---- open and close ---------------------------------------------------------------------------- */
+/* ---- open and close -------------------------------------------------------------------------- */
 
 /* The path with %p (process id), %n (the pool's number) and %% replaced. false when it does
  * not fit. */

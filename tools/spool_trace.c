@@ -8,6 +8,7 @@
 
 #include <spool/spool.h>
 
+#include "tool_text.h"
 #include "trace_stats.h"
 #include "u64map.h"
 
@@ -62,15 +63,6 @@ static int dump(const tf_trace *t) {
   return 0;
 }
 
-static const char *size_text(uint64_t n, char buf[32]) {
-  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = (double)n;
-  unsigned u = 0;
-  while (v >= 1024 && u < 4) v /= 1024, u++;
-  snprintf(buf, 32, u ? "%.2f %s" : "%.0f %s", v, units[u]);
-  return buf;
-}
-
 static void print_streams(const ts_stats *s) {
   printf("streams:          %zu seen, at most %u with live buffers at once\n", s->nstreams,
          s->peak_streams_live);
@@ -80,7 +72,7 @@ static void print_streams(const ts_stats *s) {
     printf("  stream 0x%" PRIx64, st->stream);
     if (st->thread) printf(" (thread %" PRIu64 ")", st->thread);
     printf(": %" PRIu64 " allocs, peak %" PRIu64 " live buffers, %s\n", st->allocs,
-           st->peak_live, size_text(st->peak_bytes, b));
+           st->peak_live, tool_size_text(st->peak_bytes, b));
   }
 }
 
@@ -89,8 +81,8 @@ static void print_hist(const ts_stats *s) {
   for (unsigned k = 0; k < TS_BUCKETS; k++) {
     if (!s->hist[k]) continue;
     char lo[32], hi[32];
-    printf("  (%s, %s]: %" PRIu64 "\n", size_text(k ? (uint64_t)1 << (k - 1) : 0, lo),
-           size_text((uint64_t)1 << k, hi), s->hist[k]);
+    printf("  (%s, %s]: %" PRIu64 "\n", tool_size_text(k ? (uint64_t)1 << (k - 1) : 0, lo),
+           tool_size_text((uint64_t)1 << k, hi), s->hist[k]);
   }
 }
 
@@ -106,19 +98,19 @@ static int stats(const tf_trace *t) {
   printf("allocations:      %" PRIu64 " (%" PRIu64 " failed, %" PRIu64 " out of memory), %"
          PRIu64 " frees (%" PRIu64 " refused or unmatched)\n", s.allocs, s.failed_allocs,
          s.ooms, s.frees, s.bad_frees);
-  printf("peak live:        %s in %" PRIu64 " buffers\n", size_text(s.peak_live_bytes, a),
+  printf("peak live:        %s in %" PRIu64 " buffers\n", tool_size_text(s.peak_live_bytes, a),
          s.peak_live_buffers);
-  printf("median live:      %s\n", size_text(s.steady_live_bytes, a));
+  printf("median live:      %s\n", tool_size_text(s.steady_live_bytes, a));
   printf("churn:            %s allocated, %.0f allocations/s, %s/s\n",
-         size_text(s.bytes_allocated, a), secs > 0 ? (double)s.allocs / secs : 0.0,
-         size_text(secs > 0 ? (uint64_t)((double)s.bytes_allocated / secs) : 0, b));
+         tool_size_text(s.bytes_allocated, a), secs > 0 ? (double)s.allocs / secs : 0.0,
+         tool_size_text(secs > 0 ? (uint64_t)((double)s.bytes_allocated / secs) : 0, b));
   printf("lifetimes:        median %.3f ms, p90 %.3f ms, max %.3f ms (%" PRIu64 " freed)\n",
          (double)s.life_p50_ns / 1e6, (double)s.life_p90_ns / 1e6,
          (double)s.life_max_ns / 1e6, s.lifetimes);
   printf("other events:     %" PRIu64 " trims, %" PRIu64 " stream releases, %" PRIu64
          " scopes, %" PRIu64 " hand-offs, %" PRIu64 " allocations under capture\n", s.trims,
          s.releases, s.scopes, s.handoffs, s.captured);
-  printf("left live at end: %" PRIu64 " buffers, %s\n", s.leaks, size_text(s.leak_bytes, a));
+  printf("left live at end: %" PRIu64 " buffers, %s\n", s.leaks, tool_size_text(s.leak_bytes, a));
   print_hist(&s);
   print_streams(&s);
   return 0;

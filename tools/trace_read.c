@@ -71,7 +71,7 @@ void tf_free(tf_trace *t) {
   memset(t, 0, sizeof *t);
 }
 
-/* ---- the header ------------------------------------------------------------------------------- */
+/* ---- the header ------------------------------------------------------------------------------ */
 
 static int parse_header(const unsigned char *d, size_t len, const char *name, tf_trace *t,
                         size_t *off, char err[TF_ERR]) {
@@ -109,7 +109,7 @@ static int parse_header(const unsigned char *d, size_t len, const char *name, tf
   return 0;
 }
 
-/* ---- blocks ----------------------------------------------------------------------------------- */
+/* ---- blocks ---------------------------------------------------------------------------------- */
 
 /* The records of one block, whose payload p of n bytes passed its checksum. */
 static int parse_records(const unsigned char *p, uint32_t n, const spool_trace_block *b,

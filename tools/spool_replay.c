@@ -1,0 +1,130 @@
+/* spool-replay (the CUDA runtime) and spool-replay-sim (cudasim, SPOOL_REPLAY_SIM): a trace
+ * replayed once per --config, in one process, with a line (or a JSON object) of figures each.
+ * Exit status: 0 done, 1 bad usage, 2 the trace could not be read, 3 a replay failed. */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L /* unsetenv */
+#endif
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "replay.h"
+#include "replay_report.h"
+#include "tool_text.h"
+#include "trace_stats.h"
+#ifdef SPOOL_REPLAY_SIM
+#include "cudasim.h"
+#define NAME "spool-replay-sim"
+#else
+#define NAME "spool-replay"
+#endif
+
+#define MAX_CONFIGS 32
+
+static const char USAGE[] =
+    "usage: " NAME " TRACE [--config TEXT]... [--json] [--device N]"
+#ifdef SPOOL_REPLAY_SIM
+    " [--capacity SIZE]"
+#endif
+    "\n"
+    "Replays TRACE (a spool trace, docs/trace.md) on a fresh pool per --config, one after the\n"
+    "other in this process, each recorded stream on a stream of its own, and prints per config:\n"
+    "host ns per call, peak reserved and peak live bytes, reserved/live, utilization (live /\n"
+    "reserved), the fronts' hit rate, allocations that failed and ran out of memory.\n"
+    "  --config TEXT   spool config text on top of the defaults; 'recorded': the recording's\n"
+    "                  own config. Default: the recording's config, then the defaults.\n"
+    "  --json          one JSON object instead of the table\n"
+    "  --device N      the device the pools are made on (default 0)\n"
+#ifdef SPOOL_REPLAY_SIM
+    "  --capacity SIZE the simulated device's memory (default: the recorded device's, else\n"
+    "                  80GiB). This build runs on cudasim, a simulation: no GPU is needed,\n"
+    "                  the memory figures are the heap's, the times are not a GPU's.\n"
+#endif
+    "Exit status: 0 done, 1 bad usage, 2 the trace could not be read, 3 a replay failed.\n";
+
+typedef struct args {
+  const char *trace;
+  const char *configs[MAX_CONFIGS];
+  int nconfigs, device;
+  bool json;
+  uint64_t capacity;
+} args;
+
+static int parse_args(int argc, char **argv, args *a) {
+  for (int i = 1; i < argc; i++) {
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(argv[i], "--json")) a->json = true;
+    else if (!strcmp(argv[i], "--config") && v && a->nconfigs < MAX_CONFIGS)
+      a->configs[a->nconfigs++] = v, i++;
+    else if (!strcmp(argv[i], "--device") && v && tool_parse_int(v, &a->device)) i++;
+    else if (!strcmp(argv[i], "--capacity") && v && tool_parse_size(v, &a->capacity)) i++;
+    else if (argv[i][0] != '-' && !a->trace) a->trace = argv[i];
+    else return tool_usage_error(NAME, argv[i], USAGE);
+  }
+  return a->trace ? 0 : tool_usage_error(NAME, "no TRACE", USAGE);
+}
+
+static void print_json(const args *a, const tf_trace *t, const ts_stats *s,
+                       const rp_result *r, const char *const *configs, int n) {
+  printf("{\"trace\":");
+  tool_json_string(stdout, a->trace);
+  printf(",\"runtime\":\"%s\",\"events\":%zu,\"recorded_peak_live\":%" PRIu64 ",\"runs\":[",
+#ifdef SPOOL_REPLAY_SIM
+         "cudasim",
+#else
+         "cuda",
+#endif
+         t->n, s->peak_live_bytes);
+  for (int i = 0; i < n; i++) {
+    printf("%s{\"config\":", i ? "," : "");
+    tool_json_string(stdout, configs[i]);
+    tool_print_result_json(stdout, &r[i]);
+    printf("}");
+  }
+  printf("]}\n");
+}
+
+static void print_table(const tf_trace *t, const ts_stats *s, const rp_result *r,
+                        const char *const *configs, int n) {
+  char a[32];
+  printf("%s: %zu events, recorded peak live %s%s\n", NAME, t->n,
+         tool_size_text(s->peak_live_bytes, a), t->ended ? "" : " (no end record)");
+  tool_print_result_header(stdout);
+  for (int i = 0; i < n; i++) tool_print_result_row(stdout, configs[i], &r[i]);
+}
+
+int main(int argc, char **argv) {
+  if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")))
+    return fputs(USAGE, stdout), 0;
+  args a = {0};
+  if (parse_args(argc, argv, &a) != 0) return 1;
+  unsetenv("SPOOL_TRACE"); /* the replay's pools record nothing */
+  tf_trace t;
+  ts_stats s;
+  char err[TF_ERR];
+  if (tf_load(a.trace, &t, err) != 0 || ts_compute(&t, &s, err) != 0)
+    return fprintf(stderr, NAME ": %s\n", err), 2;
+#ifdef SPOOL_REPLAY_SIM
+  cudasim_set_device_count(a.device + 1);
+  cudasim_set_capacity(a.device, (size_t)(a.capacity ? a.capacity
+                                   : t.device_total ? t.device_total : (uint64_t)80 << 30));
+#endif
+  const char *configs[MAX_CONFIGS];
+  int n = 0;
+  if (a.nconfigs == 0) configs[n++] = "recorded";
+  for (int i = 0; i < a.nconfigs; i++) configs[n++] = a.configs[i];
+  rp_result r[MAX_CONFIGS];
+  for (int i = 0; i < n; i++) {
+    const char *text = strcmp(configs[i], "recorded") ? configs[i] : t.config;
+    if (rp_run(&t, text, a.device, &r[i], err) != 0) {
+      fprintf(stderr, NAME ": %s: replay with config '%s': %s\n", a.trace, configs[i], err);
+      tf_free(&t);
+      return 3;
+    }
+  }
+  if (a.json) print_json(&a, &t, &s, r, configs, n);
+  else print_table(&t, &s, r, configs, n);
+  tf_free(&t);
+  return 0;
+}
