@@ -14,13 +14,11 @@
 #include "tool_text.h"
 #include "trace_stats.h"
 #ifdef SPOOL_REPLAY_SIM
-#include "cudasim.h"
+#include "tool_sim.h"
 #define NAME "spool-replay-sim"
 #else
 #define NAME "spool-replay"
 #endif
-
-#define MAX_CONFIGS 32
 
 static const char USAGE[] =
     "usage: " NAME " TRACE [--config TEXT]... [--json] [--device N]"
@@ -43,29 +41,7 @@ static const char USAGE[] =
 #endif
     "Exit status: 0 done, 1 bad usage, 2 the trace could not be read, 3 a replay failed.\n";
 
-typedef struct args {
-  const char *trace;
-  const char *configs[MAX_CONFIGS];
-  int nconfigs, device;
-  bool json;
-  uint64_t capacity;
-} args;
-
-static int parse_args(int argc, char **argv, args *a) {
-  for (int i = 1; i < argc; i++) {
-    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(argv[i], "--json")) a->json = true;
-    else if (!strcmp(argv[i], "--config") && v && a->nconfigs < MAX_CONFIGS)
-      a->configs[a->nconfigs++] = v, i++;
-    else if (!strcmp(argv[i], "--device") && v && tool_parse_int(v, &a->device)) i++;
-    else if (!strcmp(argv[i], "--capacity") && v && tool_parse_size(v, &a->capacity)) i++;
-    else if (argv[i][0] != '-' && !a->trace) a->trace = argv[i];
-    else return tool_usage_error(NAME, argv[i], USAGE);
-  }
-  return a->trace ? 0 : tool_usage_error(NAME, "no TRACE", USAGE);
-}
-
-static void print_json(const args *a, const tf_trace *t, const ts_stats *s,
+static void print_json(const tool_args *a, const tf_trace *t, const ts_stats *s,
                        const rp_result *r, const char *const *configs, int n) {
   printf("{\"trace\":");
   tool_json_string(stdout, a->trace);
@@ -97,8 +73,8 @@ static void print_table(const tf_trace *t, const ts_stats *s, const rp_result *r
 int main(int argc, char **argv) {
   if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")))
     return fputs(USAGE, stdout), 0;
-  args a = {0};
-  if (parse_args(argc, argv, &a) != 0) return 1;
+  tool_args a = {0};
+  if (tool_parse_args(argc, argv, true, NAME, USAGE, &a) != 0) return 1;
   unsetenv("SPOOL_TRACE"); /* the replay's pools record nothing */
   tf_trace t;
   ts_stats s;
@@ -106,15 +82,13 @@ int main(int argc, char **argv) {
   if (tf_load(a.trace, &t, err) != 0 || ts_compute(&t, &s, err) != 0)
     return fprintf(stderr, NAME ": %s\n", err), 2;
 #ifdef SPOOL_REPLAY_SIM
-  cudasim_set_device_count(a.device + 1);
-  cudasim_set_capacity(a.device, (size_t)(a.capacity ? a.capacity
-                                   : t.device_total ? t.device_total : (uint64_t)80 << 30));
+  tool_sim_device(a.device, a.capacity, &t);
 #endif
-  const char *configs[MAX_CONFIGS];
+  const char *configs[TOOL_CONFIGS];
   int n = 0;
   if (a.nconfigs == 0) configs[n++] = "recorded";
   for (int i = 0; i < a.nconfigs; i++) configs[n++] = a.configs[i];
-  rp_result r[MAX_CONFIGS];
+  rp_result r[TOOL_CONFIGS];
   for (int i = 0; i < n; i++) {
     const char *text = strcmp(configs[i], "recorded") ? configs[i] : t.config;
     if (rp_run(&t, text, a.device, &r[i], err) != 0) {

@@ -61,3 +61,18 @@ void tool_json_string(FILE *out, const char *text) {
   }
   fputc('"', out);
 }
+
+int tool_parse_args(int argc, char **argv, bool configs, const char *tool, const char *usage,
+                    tool_args *a) {
+  for (int i = 1; i < argc; i++) {
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(argv[i], "--json")) a->json = true;
+    else if (configs && !strcmp(argv[i], "--config") && v && a->nconfigs < TOOL_CONFIGS)
+      a->configs[a->nconfigs++] = v, i++;
+    else if (!strcmp(argv[i], "--device") && v && tool_parse_int(v, &a->device)) i++;
+    else if (!strcmp(argv[i], "--capacity") && v && tool_parse_size(v, &a->capacity)) i++;
+    else if (argv[i][0] != '-' && !a->trace) a->trace = argv[i];
+    else return tool_usage_error(tool, argv[i], usage);
+  }
+  return a->trace ? 0 : tool_usage_error(tool, "no TRACE", usage);
+}

@@ -18,4 +18,19 @@ const char *tool_size_text(uint64_t n, char buf[32]);
 /* text as a JSON string, quotes included. */
 void tool_json_string(FILE *out, const char *text);
 
+
+/* The replaying tools' command line: TRACE, --json, --device N, --capacity SIZE, and with
+ * configs also --config TEXT (at most TOOL_CONFIGS). */
+#define TOOL_CONFIGS 32
+typedef struct tool_args {
+  const char *trace;
+  const char *configs[TOOL_CONFIGS];
+  int nconfigs, device;
+  bool json;
+  uint64_t capacity; /* 0: not given */
+} tool_args;
+/* 0, or 1 after the usage error (printed). */
+int tool_parse_args(int argc, char **argv, bool configs, const char *tool, const char *usage,
+                    tool_args *a);
+
 #endif
