@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "test_cpu.h"
 #include "trace_read.h"
 
 #define NAME "hand.sptr"
@@ -166,7 +167,7 @@ START_TEST(reader_refuses_a_bad_header) {
 }
 END_TEST
 
-int main(void) {
+static Suite *suite(void) {
   Suite *su = suite_create("trace_read");
   TCase *tc = tcase_create("trace_read");
   tcase_add_test(tc, reader_reads_the_valid_trace);
@@ -175,9 +176,7 @@ int main(void) {
   tcase_add_test(tc, reader_names_a_bad_record_that_passes_the_checksum);
   tcase_add_test(tc, reader_refuses_a_bad_header);
   suite_add_tcase(su, tc);
-  SRunner *sr = srunner_create(su);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return su;
 }
+
+int main(void) { return test_cpu_main(suite()); }

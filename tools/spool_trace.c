@@ -8,6 +8,7 @@
 
 #include <spool/spool.h>
 
+#include "export.h"
 #include "tool_text.h"
 #include "trace_stats.h"
 #include "u64map.h"
@@ -15,9 +16,14 @@
 static const char USAGE[] =
     "usage: spool-trace dump TRACE      every event as CSV, one line each\n"
     "       spool-trace stats TRACE     peak live, churn, sizes, streams, lifetimes\n"
+    "       spool-trace plot TRACE -o FILE.png          live bytes over time (matplotlib)\n"
+    "       spool-trace export-torch TRACE -o FILE.pickle  a snapshot for PyTorch's memory_viz\n"
     "       spool-trace --help\n"
-    "TRACE: a file written by a pool with trace=PATH (or SPOOL_TRACE=PATH); see docs/trace.md.\n"
-    "Exit status: 0 done, 1 bad usage, 2 the trace could not be read.\n";
+    "TRACE: a file written by a pool with trace=PATH (or SPOOL_TRACE=PATH; docs/trace.md), an\n"
+    "RMM logging_resource_adaptor CSV, or a PyTorch memory snapshot pickle (read with python3,\n"
+    "no PyTorch needed); the format is told by the content.\n"
+    "Exit status: 0 done, 1 bad usage, 2 the trace could not be read, 3 the output could not\n"
+    "be written.\n";
 
 static const char *action(const tf_event *e) {
   if (e->kind == SPOOL_TRACE_ALLOC && e->status == SPOOL_ERR_OOM) return "oom";
@@ -116,17 +122,29 @@ static int stats(const tf_trace *t) {
   return 0;
 }
 
+/* The commands that write a file: plot and export-torch. */
+static int export(const char *cmd, const tf_trace *t, const char *out) {
+  char err[TF_ERR];
+  int rc = !strcmp(cmd, "plot") ? tf_export_plot(t, out, err) : tf_export_torch(t, out, err);
+  if (rc != 0) return fprintf(stderr, "spool-trace: %s\n", err), 3;
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")))
     return fputs(USAGE, stdout), 0;
-  if (argc != 3 || (strcmp(argv[1], "dump") && strcmp(argv[1], "stats"))) {
+  const char *cmd = argc > 1 ? argv[1] : "";
+  bool reads = argc == 3 && (!strcmp(cmd, "dump") || !strcmp(cmd, "stats"));
+  bool writes = argc == 5 && (!strcmp(cmd, "plot") || !strcmp(cmd, "export-torch")) &&
+                !strcmp(argv[3], "-o");
+  if (!reads && !writes) {
     fprintf(stderr, "spool-trace: %s\n%s", argc < 2 ? "no command" : "bad arguments", USAGE);
     return 1;
   }
   tf_trace t;
   char err[TF_ERR];
   if (tf_load(argv[2], &t, err) != 0) return fprintf(stderr, "spool-trace: %s\n", err), 2;
-  int rc = !strcmp(argv[1], "dump") ? dump(&t) : stats(&t);
+  int rc = writes ? export(cmd, &t, argv[4]) : !strcmp(cmd, "dump") ? dump(&t) : stats(&t);
   tf_free(&t);
   return rc;
 }

@@ -3,6 +3,8 @@
 #define _POSIX_C_SOURCE 200809L /* strnlen */
 #include "trace_read.h"
 
+#include "import.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -18,7 +20,7 @@ const char *tf_kind_name(int kind) {
   return kind > 0 && kind < SPOOL_TRACE_KINDS ? kind_names[kind] : "?";
 }
 
-static int fail(char err[TF_ERR], const char *fmt, ...) {
+int tf_fail(char err[TF_ERR], const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(err, TF_ERR, fmt, ap);
@@ -77,28 +79,28 @@ static int parse_header(const unsigned char *d, size_t len, const char *name, tf
                         size_t *off, char err[TF_ERR]) {
   spool_trace_header h;
   if (len < sizeof h)
-    return fail(err, "%s: %zu bytes: truncated, a trace header has %zu", name, len, sizeof h);
+    return tf_fail(err, "%s: %zu bytes: truncated, a trace header has %zu", name, len, sizeof h);
   memcpy(&h, d, sizeof h);
   if (memcmp(h.magic, SPOOL_TRACE_MAGIC, 8) != 0)
-    return fail(err, "%s: not a spool trace (no 'SPOOLTRC' at byte 0)", name);
+    return tf_fail(err, "%s: not a spool trace (no 'SPOOLTRC' at byte 0)", name);
   if (h.bom != SPOOL_TRACE_BOM)
-    return fail(err, "%s: byte-order mark 0x%08" PRIx32 " (expected 0x%08x: written on a "
+    return tf_fail(err, "%s: byte-order mark 0x%08" PRIx32 " (expected 0x%08x: written on a "
                 "machine of the other byte order, or corrupt)", name, h.bom, SPOOL_TRACE_BOM);
   if (h.version != SPOOL_TRACE_VERSION)
-    return fail(err, "%s: trace format version %" PRIu32 "; this reader knows version %d",
+    return tf_fail(err, "%s: trace format version %" PRIu32 "; this reader knows version %d",
                 name, h.version, SPOOL_TRACE_VERSION);
   if (h.header_bytes < sizeof h || h.header_bytes > len)
-    return fail(err, "%s: header size %" PRIu32 " (expected %zu to the file's %zu bytes)",
+    return tf_fail(err, "%s: header size %" PRIu32 " (expected %zu to the file's %zu bytes)",
                 name, h.header_bytes, sizeof h, len);
   if (h.record_bytes != sizeof(spool_trace_record))
-    return fail(err, "%s: record size %" PRIu32 " (expected %zu)", name, h.record_bytes,
+    return tf_fail(err, "%s: record size %" PRIu32 " (expected %zu)", name, h.record_bytes,
                 sizeof(spool_trace_record));
   if (h.config_bytes > SPOOL_TRACE_CONFIG_MAX || h.config_bytes > len - h.header_bytes)
-    return fail(err, "%s: config text of %" PRIu32 " bytes at byte %" PRIu32 " runs past the "
+    return tf_fail(err, "%s: config text of %" PRIu32 " bytes at byte %" PRIu32 " runs past the "
                 "end of the file (%zu bytes): truncated or corrupt", name, h.config_bytes,
                 h.header_bytes, len);
   t->config = malloc(h.config_bytes + 1u);
-  if (!t->config) return fail(err, "%s: no memory for the config text", name);
+  if (!t->config) return tf_fail(err, "%s: no memory for the config text", name);
   memcpy(t->config, d + h.header_bytes, h.config_bytes);
   t->config[h.config_bytes] = '\0';
   t->device = h.device;
@@ -119,37 +121,37 @@ static int parse_records(const unsigned char *p, uint32_t n, const spool_trace_b
   for (uint32_t at = 0; at < n; count++) {
     spool_trace_record r;
     if (n - at < sizeof r)
-      return fail(err, "%s, record %" PRIu32 " at payload byte %" PRIu32 ": %" PRIu32 " bytes "
+      return tf_fail(err, "%s, record %" PRIu32 " at payload byte %" PRIu32 ": %" PRIu32 " bytes "
                   "left, a record has %zu", where, count, at, n - at, sizeof r);
     memcpy(&r, p + at, sizeof r);
     at += (uint32_t)sizeof r;
     if (r.kind == 0 || r.kind >= SPOOL_TRACE_KINDS)
-      return fail(err, "%s, record %" PRIu32 ": unknown kind %u", where, count, r.kind);
+      return tf_fail(err, "%s, record %" PRIu32 ": unknown kind %u", where, count, r.kind);
     if (r.kind == SPOOL_TRACE_SITE) {
       uint32_t padded = (r.aux + 7u) & ~7u;
       if (r.aux > SPOOL_TRACE_SITE_MAX || padded > n - at || r.site != sites + 1)
-        return fail(err, "%s, record %" PRIu32 ": site %" PRIu32 " with %" PRIu32 " bytes of "
+        return tf_fail(err, "%s, record %" PRIu32 ": site %" PRIu32 " with %" PRIu32 " bytes of "
                     "text (expected site %" PRIu32 ", at most %u bytes within the block)",
                     where, count, r.site, r.aux, sites + 1, SPOOL_TRACE_SITE_MAX);
       if (push_site(t, (const char *)p + at, strnlen((const char *)p + at, r.aux),
                     (int)(r.size > INT32_MAX ? INT32_MAX : r.size),
                     (r.flags & SPOOL_TRACE_TAG) != 0) != 0)
-        return fail(err, "%s: no memory for a site", where);
+        return tf_fail(err, "%s: no memory for a site", where);
       sites++;
       at += padded;
       continue;
     }
     if (r.site > sites)
-      return fail(err, "%s, record %" PRIu32 " (%s, seq %" PRIu64 "): site %" PRIu32 " is not "
+      return tf_fail(err, "%s, record %" PRIu32 " (%s, seq %" PRIu64 "): site %" PRIu32 " is not "
                   "defined in its block (%" PRIu32 " are)", where, count, tf_kind_name(r.kind),
                   r.seq, r.site, sites);
     tf_event e = {r.kind, r.status, r.flags, r.aux, r.seq, r.time_ns, r.ptr, r.size,
                   r.stream, b->thread, r.site ? (int32_t)(first_site + r.site - 1) : -1};
-    if (tf_push(t, &e) != 0) return fail(err, "%s: no memory for the events", where);
+    if (tf_push(t, &e) != 0) return tf_fail(err, "%s: no memory for the events", where);
     if (r.kind == SPOOL_TRACE_END) t->ended = true;
   }
   if (count != b->records)
-    return fail(err, "%s: %" PRIu32 " records, its header says %" PRIu32 " (corrupt)", where,
+    return tf_fail(err, "%s: %" PRIu32 " records, its header says %" PRIu32 " (corrupt)", where,
                 count, b->records);
   return 0;
 }
@@ -161,22 +163,22 @@ static int parse_block(const unsigned char *d, size_t len, size_t *off, const ch
   spool_trace_block b;
   size_t left = len - *off;
   if (left < sizeof b)
-    return fail(err, "%s: truncated: %zu of the block header's %zu bytes", where, left,
+    return tf_fail(err, "%s: truncated: %zu of the block header's %zu bytes", where, left,
                 sizeof b);
   memcpy(&b, d + *off, sizeof b);
   if (b.magic != SPOOL_TRACE_BLOCK_MAGIC)
-    return fail(err, "%s: block mark 0x%08" PRIx32 " (expected 0x%08x): corrupt", where,
+    return tf_fail(err, "%s: block mark 0x%08" PRIx32 " (expected 0x%08x): corrupt", where,
                 b.magic, SPOOL_TRACE_BLOCK_MAGIC);
   if (b.payload_bytes > SPOOL_TRACE_BLOCK_PAYLOAD)
-    return fail(err, "%s: payload of %" PRIu32 " bytes (at most %u): corrupt", where,
+    return tf_fail(err, "%s: payload of %" PRIu32 " bytes (at most %u): corrupt", where,
                 b.payload_bytes, SPOOL_TRACE_BLOCK_PAYLOAD);
   if (b.payload_bytes > left - sizeof b)
-    return fail(err, "%s: truncated: %zu of its %" PRIu32 " payload bytes", where,
+    return tf_fail(err, "%s: truncated: %zu of its %" PRIu32 " payload bytes", where,
                 left - sizeof b, b.payload_bytes);
   const unsigned char *p = d + *off + sizeof b;
   uint32_t sum = spool_trace_fnv1a(p, b.payload_bytes);
   if (sum != b.checksum)
-    return fail(err, "%s: checksum 0x%08" PRIx32 " does not match its payload's 0x%08" PRIx32
+    return tf_fail(err, "%s: checksum 0x%08" PRIx32 " does not match its payload's 0x%08" PRIx32
                 ": corrupt", where, b.checksum, sum);
   if (parse_records(p, b.payload_bytes, &b, where, t, err) != 0) return -1;
   *off += sizeof b + b.payload_bytes;
@@ -202,7 +204,7 @@ int tf_parse(const unsigned char *data, size_t len, const char *name, tf_trace *
 /* The whole file in memory: traces are read once, front to back, and checked as a whole. */
 static int slurp(const char *path, unsigned char **data, size_t *len, char err[TF_ERR]) {
   FILE *f = fopen(path, "rb");
-  if (!f) return fail(err, "%s: cannot open: %s", path, strerror(errno));
+  if (!f) return tf_fail(err, "%s: cannot open: %s", path, strerror(errno));
   size_t cap = 1 << 16, n = 0;
   unsigned char *d = malloc(cap);
   while (d) {
@@ -215,10 +217,10 @@ static int slurp(const char *path, unsigned char **data, size_t *len, char err[T
   }
   int bad = ferror(f);
   fclose(f);
-  if (!d) return fail(err, "%s: no memory to read it", path);
+  if (!d) return tf_fail(err, "%s: no memory to read it", path);
   if (bad) {
     free(d);
-    return fail(err, "%s: read error", path);
+    return tf_fail(err, "%s: read error", path);
   }
   *data = d;
   *len = n;
@@ -230,7 +232,10 @@ int tf_load(const char *path, tf_trace *t, char err[TF_ERR]) {
   unsigned char *d = NULL;
   size_t n = 0;
   if (slurp(path, &d, &n, err) != 0) return -1;
-  int rc = tf_parse(d, n, path, t, err);
+  int rc;
+  if (tf_is_rmm(d, n)) rc = tf_parse_rmm(d, n, path, t, err);
+  else if (tf_is_pickle(d, n)) rc = tf_load_snapshot(path, t, err);
+  else rc = tf_parse(d, n, path, t, err);
   free(d);
   return rc;
 }

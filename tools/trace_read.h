@@ -24,7 +24,7 @@ typedef struct tf_event {
 } tf_event;
 
 typedef struct tf_trace {
-  const char *format; /* "spool" */
+  const char *format; /* "spool", "rmm" or "torch" */
   int device;
   uint64_t device_total, pid, start_unix_ns, blocks;
   char *config; /* the recorded pool's config text, "" when unknown */
@@ -37,8 +37,10 @@ typedef struct tf_trace {
 
 #define TF_ERR 512 /* room for a reader's message */
 
-/* Reads path into *t (zeroed first). 0 on success; -1 with a message in err naming the file,
- * the block or record, its byte offset and what was wrong (t is then freed). */
+/* Reads path into *t (zeroed first): a spool trace, RMM's logging CSV or a PyTorch memory
+ * snapshot, told apart by their content (import.h). 0 on success; -1 with a message in err
+ * naming the file, the block or record (the line), its byte offset and what was wrong (t is
+ * then freed). */
 int tf_load(const char *path, tf_trace *t, char err[TF_ERR]);
 /* The same from bytes in memory; name is what messages call them. */
 int tf_parse(const unsigned char *data, size_t len, const char *name, tf_trace *t,
@@ -49,6 +51,8 @@ void tf_free(tf_trace *t);
 const char *tf_kind_name(int kind);
 /* Appends an event (for importers and tests); -1 without memory. */
 int tf_push(tf_trace *t, const tf_event *e);
+/* Writes the formatted message to err and returns -1, for a reader's refusals. */
+int tf_fail(char err[TF_ERR], const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Puts the events in seq order. */
 void tf_sort(tf_trace *t);
 

@@ -1,6 +1,9 @@
 # The trace tools from the command line (CTest test `trace_tools`, label sim): a trace written
 # on cudasim is dumped, summed up and replayed twice with the same figures; --help, bad usage
-# and a damaged trace give their exit statuses. -D: SAMPLE, TRACE_TOOL, REPLAY_SIM, WORK_DIR.
+# and a damaged trace give their exit statuses; the advisor recommends and proves; with python3,
+# a hand-made PyTorch snapshot is read with its known peak, a pickle holding a class is refused,
+# export-torch keeps the peak, and plot draws or says matplotlib is missing.
+# -D: SAMPLE, TRACE_TOOL, REPLAY_SIM, ADVISE_SIM, PYTHON (may be empty), WORK_DIR.
 file(MAKE_DIRECTORY "${WORK_DIR}")
 set(trace "${WORK_DIR}/sample.sptr")
 
@@ -59,3 +62,49 @@ run(2 out "${TRACE_TOOL}" stats "${WORK_DIR}/short.sptr")
 expect("${out}" "short.sptr: 8 bytes: truncated")
 run(2 out "${REPLAY_SIM}" "${WORK_DIR}/missing.sptr")
 expect("${out}" "missing.sptr: cannot open")
+
+if(NOT PYTHON)
+  message(STATUS "no python3: the PyTorch snapshot checks are skipped")
+  return()
+endif()
+# alloc 1000, alloc 3000, free the first, alloc 2500: the peak is 5500 bytes
+set(snap "${WORK_DIR}/hand.pickle")
+run(0 out "${PYTHON}" -c "import pickle
+ev = lambda a, addr, size, t: dict(action=a, addr=addr, size=size, stream=7, time_us=t, frames=[])
+trace = [ev('segment_alloc', 0x100000, 2097152, 1), ev('alloc', 0x100000, 1000, 2),
+         ev('alloc', 0x100400, 3000, 3), ev('free_requested', 0x100000, 1000, 4),
+         ev('free_completed', 0x100000, 1000, 5), ev('alloc', 0x101000, 2500, 6),
+         ev('oom', 0, 1 << 40, 7), ev('free_requested', 0x100400, 3000, 8),
+         ev('free_completed', 0x100400, 3000, 9)]
+pickle.dump(dict(segments=[], device_traces=[trace]), open('${snap}', 'wb'))")
+run(0 out "${TRACE_TOOL}" stats "${snap}")
+expect("${out}" "torch format")
+expect("${out}" "peak live: +5.37 KiB in 2 buffers")
+expect("${out}" "allocations: +3 \\(1 failed, 1 out of memory\\), 2 frees")
+run(0 out "${PYTHON}" -c "import pickle, collections
+pickle.dump(collections.OrderedDict(a=1), open('${WORK_DIR}/class.pickle', 'wb'))")
+run(2 out "${TRACE_TOOL}" stats "${WORK_DIR}/class.pickle")
+expect("${out}" "holds a Python object \\(collections.OrderedDict\\)")
+expect("${out}" "class.pickle: the snapshot helper failed")
+
+run(0 out "${TRACE_TOOL}" export-torch "${trace}" -o "${WORK_DIR}/export.pickle")
+run(0 s1 "${TRACE_TOOL}" stats "${trace}")
+run(0 s2 "${TRACE_TOOL}" stats "${WORK_DIR}/export.pickle")
+string(REGEX MATCH "peak live: +[^\n]+" p1 "${s1}")
+string(REGEX MATCH "peak live: +[^\n]+" p2 "${s2}")
+if(NOT p1 STREQUAL p2 OR NOT p1)
+  message(FATAL_ERROR "export-torch changed the peak: '${p1}' became '${p2}'")
+endif()
+
+execute_process(COMMAND "${PYTHON}" -c "import matplotlib" RESULT_VARIABLE no_mpl
+                OUTPUT_QUIET ERROR_QUIET)
+file(REMOVE "${WORK_DIR}/plot.png")
+if(no_mpl)
+  run(3 out "${TRACE_TOOL}" plot "${trace}" -o "${WORK_DIR}/plot.png")
+  expect("${out}" "matplotlib is not installed")
+else()
+  run(0 out "${TRACE_TOOL}" plot "${trace}" -o "${WORK_DIR}/plot.png")
+  if(NOT EXISTS "${WORK_DIR}/plot.png")
+    message(FATAL_ERROR "spool-trace plot wrote no picture")
+  endif()
+endif()
