@@ -121,8 +121,9 @@ spool_status spool__record_alloc(spool_pool *p, void *ptr, size_t size, cudaStre
   return record(p, ptr, size, stream, site, false);
 }
 
-static inline spool_status alloc_site(spool_pool *pool, void **ptr, size_t size,
-                                      cudaStream_t stream, const spool__site *site) {
+/* Forced inline: spool__alloc_site's untraced path runs it without a call of its own. */
+static SPOOL__INLINE spool_status alloc_site(spool_pool *pool, void **ptr, size_t size,
+                                             cudaStream_t stream, const spool__site *site) {
   if (ptr) *ptr = NULL;
   if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", ALLOC);
   if (!ptr) return spool__fail(SPOOL_ERR_INVALID, "%s: ptr is NULL", ALLOC);
@@ -360,9 +361,9 @@ spool_status spool__free_plain(spool_pool *pool, void *ptr, cudaStream_t stream,
 }
 
 /* After the arguments were checked: a buffer with recorded streams (spool_record_stream) goes
- * the hand-off way, the rest the plain way. */
-static inline spool_status free_site(spool_pool *pool, void *ptr, cudaStream_t stream,
-                                     const spool__site *site) {
+ * the hand-off way, the rest the plain way. Forced inline, as alloc_site is. */
+static SPOOL__INLINE spool_status free_site(spool_pool *pool, void *ptr, cudaStream_t stream,
+                                            const spool__site *site) {
   spool_status s;
   if (atomic_load_explicit(&pool->handoff_any, memory_order_relaxed) &&
       spool__handoff_free(pool, ptr, stream, site, &s))

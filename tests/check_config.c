@@ -978,6 +978,15 @@ START_TEST(test_validate) {
   validate_fails(&cfg, "config: report holds a line break at byte 6", NULL);
   strcpy(cfg.report, " /tmp/a,b#c[ ");
   ck_assert_int_eq(spool_config_validate(&cfg), SPOOL_OK);
+  /* trace: the same rules, named as trace */
+  memset(cfg.trace, 't', sizeof cfg.trace);
+  validate_fails(&cfg, "config: trace has no terminating NUL within its 1024 bytes", NULL);
+  strcpy(cfg.trace, "/tmp/t\nx");
+  validate_fails(&cfg, "config: trace holds a line break at byte 6", NULL);
+  ck_assert_int_eq(spool_config_parse(&cfg, "trace=\"/tmp/run %p, %n.sptr\""), SPOOL_OK);
+  ck_assert_str_eq(cfg.trace, "/tmp/run %p, %n.sptr");
+  ck_assert_int_eq(spool_config_validate(&cfg), SPOOL_OK);
+  round_trip(&cfg);
   cfg.poison = true;
   ck_assert_int_eq(spool_config_validate(&cfg), SPOOL_OK);
 }

@@ -78,7 +78,8 @@ static int split(char *line, char *f[FIELDS]) {
 
 static int event_of(char **f, tf_event *e, const char *where, char err[TF_ERR]) {
   uint64_t thread;
-  if (!number(f[0], 10, &thread)) return tf_fail(err, "%s: Thread '%s' is not a number", where, f[0]);
+  if (!number(f[0], 10, &thread))
+    return tf_fail(err, "%s: Thread '%s' is not a number", where, f[0]);
   if (!time_of(f[1], &e->time_ns))
     return tf_fail(err, "%s: Time '%s' is neither seconds nor HH:MM:SS.ffffff", where, f[1]);
   if (!strcmp(f[2], "allocate")) e->kind = SPOOL_TRACE_ALLOC;
@@ -89,7 +90,8 @@ static int event_of(char **f, tf_event *e, const char *where, char err[TF_ERR]) 
                    where, f[2]);
   if (!number(f[3], 16, &e->ptr) || (e->ptr == 0 && e->status == SPOOL_OK))
     return tf_fail(err, "%s: Pointer '%s' is not a non-zero hex address", where, f[3]);
-  if (!number(f[4], 10, &e->size)) return tf_fail(err, "%s: Size '%s' is not a number", where, f[4]);
+  if (!number(f[4], 10, &e->size))
+    return tf_fail(err, "%s: Size '%s' is not a number", where, f[4]);
   if (!number(f[5], 16, &e->stream))
     return tf_fail(err, "%s: Stream '%s' is not a hex handle", where, f[5]);
   if (e->kind == SPOOL_TRACE_FREE) e->size = 0; /* the reader knows it from the allocation */
