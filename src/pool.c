@@ -394,6 +394,16 @@ static spool_status later_failure(spool_status s, spool_status later) {
   return later;
 }
 
+/* The trace's last record, before the leak sweep: the peak and what is still live. */
+static void trace_end(spool_pool *pool) {
+  uint64_t live_bytes = 0, live_buffers = 0;
+  spool__live_totals(pool, &live_bytes, &live_buffers);
+  spool__trace_ev end = {.kind = SPOOL_TRACE_END, .size = atomic_load(&pool->peak_bytes),
+                         .aux = (uint32_t)(live_buffers > UINT32_MAX ? UINT32_MAX
+                                                                     : live_buffers)};
+  spool__trace_event(pool, &end);
+}
+
 spool_status spool_pool_destroy(spool_pool *pool) {
   if (!pool) return SPOOL_OK;
   /* A second destroy finds the pointer in no list: a status instead of a use after free (as
@@ -401,14 +411,7 @@ spool_status spool_pool_destroy(spool_pool *pool) {
   if (!spool__registry_remove(pool))
     return spool__fail(SPOOL_ERR_INVALID, "spool_pool_destroy: %p is not a live pool (destroyed "
                        "already?); nothing done", (void *)pool);
-  if (pool->trace) {
-    uint64_t live_bytes = 0, live_buffers = 0;
-    spool__live_totals(pool, &live_bytes, &live_buffers);
-    spool__trace_ev end = {.kind = SPOOL_TRACE_END, .size = atomic_load(&pool->peak_bytes),
-                           .aux = (uint32_t)(live_buffers > UINT32_MAX ? UINT32_MAX
-                                                                       : live_buffers)};
-    spool__trace_event(pool, &end);
-  }
+  if (pool->trace) trace_end(pool);
   spool_status s = spool__free_leaks(pool);
   s = later_failure(s, spool__cache_destroy(pool, s == SPOOL_OK || s == SPOOL_ERR_LEAKS));
   /* scope objects (their chunks were leaks, freed above) and the hand-off stream, after the

@@ -2,7 +2,8 @@
  * trace_format.h, the words docs/trace.md). Each thread fills a block of its own, under a lock
  * only it and a flush take; a full block goes to the file at once in one write, so that a crash
  * loses only the blocks still being filled. Nothing here calls CUDA but the create's
- * cudaMemGetInfo, and nothing runs at process exit. */
+ * cudaMemGetInfo. At process exit an atexit handler writes the partial blocks of every trace
+ * still open (plain file writes: pools a framework never destroys still leave a whole trace). */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, getpid */
 #endif
@@ -41,6 +42,7 @@ typedef struct tbuf {
 } tbuf;
 
 struct spool__trace {
+  struct spool__trace *next_open; /* the traces still open, under open_lock */
   pthread_mutex_t lock; /* the file's writes and the list's head */
   int fd;
   uint64_t id;          /* unique in the process: the key of threads' slots */
@@ -183,9 +185,7 @@ void spool__trace_event(spool_pool *pool, const spool__trace_ev *ev) {
   pthread_mutex_unlock(&b->lock);
 }
 
-void spool__trace_flush(spool_pool *pool) {
-  spool__trace *t = pool->trace;
-  if (!t) return;
+static void flush_trace(spool__trace *t) {
   for (tbuf *b = atomic_load(&t->bufs); b; b = b->next) {
     pthread_mutex_lock(&b->lock);
     write_block(t, b);
@@ -193,11 +193,48 @@ void spool__trace_flush(spool_pool *pool) {
   }
 }
 
+void spool__trace_flush(spool_pool *pool) {
+  if (pool->trace) flush_trace(pool->trace);
+}
+
 void spool__trace_point(spool_pool *pool, int kind, spool_status s, uint64_t size,
                         cudaStream_t stream) {
   spool__trace_ev ev = {.kind = (uint8_t)kind, .status = s, .size = size, .stream = stream};
   spool__trace_event(pool, &ev);
   spool__trace_flush(pool);
+}
+
+/* ---- the traces still open, for the exit ---------------------------------------------------- */
+
+static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
+static spool__trace *open_traces;
+static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
+
+/* Holds open_lock throughout, so that no trace is closed and freed under it. */
+static void flush_at_exit(void) {
+  pthread_mutex_lock(&open_lock);
+  for (spool__trace *t = open_traces; t; t = t->next_open) flush_trace(t);
+  pthread_mutex_unlock(&open_lock);
+}
+
+static void register_exit(void) { (void)atexit(flush_at_exit); }
+
+static void add_open(spool__trace *t) {
+  pthread_once(&exit_once, register_exit);
+  pthread_mutex_lock(&open_lock);
+  t->next_open = open_traces;
+  open_traces = t;
+  pthread_mutex_unlock(&open_lock);
+}
+
+static void remove_open(spool__trace *t) {
+  pthread_mutex_lock(&open_lock);
+  for (spool__trace **at = &open_traces; *at; at = &(*at)->next_open)
+    if (*at == t) {
+      *at = t->next_open;
+      break;
+    }
+  pthread_mutex_unlock(&open_lock);
 }
 
 /* ---- open and close -------------------------------------------------------------------------- */
@@ -274,13 +311,15 @@ spool_status spool__trace_open(spool_pool *pool, const char *ctx) {
                        ctx, path, strerror(err));
   }
   pool->trace = t;
+  add_open(t);
   return SPOOL_OK;
 }
 
 void spool__trace_close(spool_pool *pool) {
   spool__trace *t = pool->trace;
   if (!t) return;
-  spool__trace_flush(pool);
+  remove_open(t);
+  flush_trace(t);
   for (tbuf *b = atomic_load(&t->bufs), *next; b; b = next) {
     next = b->next;
     pthread_mutex_destroy(&b->lock);

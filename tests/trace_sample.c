@@ -1,7 +1,10 @@
 /* Writes a small trace to argv[1] on cudasim, for the tools' command-line test: three streams,
- * a working set that grows and shrinks, a trim, a hand-off and a stream release. */
+ * a working set that grows and shrinks, a trim, a hand-off and a stream release. With
+ * --exit-early: 10 allocations, then exit without destroying the pool, as a framework does. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <spool/spool.h>
 
@@ -16,7 +19,8 @@
   } while (0)
 
 int main(int argc, char **argv) {
-  if (argc != 2) return fprintf(stderr, "usage: trace_sample TRACE\n"), 1;
+  bool early = argc == 3 && strcmp(argv[2], "--exit-early") == 0;
+  if (argc != 2 && !early) return fprintf(stderr, "usage: trace_sample TRACE [--exit-early]\n"), 1;
   spool_config cfg;
   spool_config_init(&cfg);
   snprintf(cfg.trace, sizeof cfg.trace, "%s", argv[1]);
@@ -26,6 +30,10 @@ int main(int argc, char **argv) {
   for (int k = 0; k < 3; k++)
     if (cudaStreamCreateWithFlags(&s[k], cudaStreamNonBlocking) != cudaSuccess) return 1;
   void *held[16] = {0};
+  if (early) {
+    for (int i = 0; i < 10; i++) CHECK(spool_alloc(p, &held[i], 4096, s[0]));
+    exit(0); /* the trace's atexit handler writes the partial block */
+  }
   for (int i = 0; i < 600; i++) {
     int k = i % 3, h = i % 16;
     if (held[h]) CHECK(spool_free(p, held[h], s[k]));

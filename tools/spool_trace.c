@@ -97,8 +97,9 @@ static int stats(const tf_trace *t) {
   char err[TF_ERR], a[32], b[32];
   if (ts_compute(t, &s, err) != 0) return fprintf(stderr, "spool-trace: %s\n", err), 2;
   double secs = (double)s.duration_ns / 1e9;
-  printf("trace:            %s format, device %d, %" PRIu64 " blocks, %" PRIu64 " events%s\n",
-         t->format, t->device, t->blocks, s.events,
+  printf("trace:            %s format, device %d, ", t->format, t->device);
+  if (!strcmp(t->format, "spool")) printf("%" PRIu64 " blocks, ", t->blocks);
+  printf("%" PRIu64 " events%s\n", s.events,
          t->ended ? "" : " (no end record: the pool was not destroyed, e.g. a crash)");
   printf("duration:         %.6f s\n", secs);
   printf("allocations:      %" PRIu64 " (%" PRIu64 " failed, %" PRIu64 " out of memory), %"

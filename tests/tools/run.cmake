@@ -1,6 +1,7 @@
 # The trace tools from the command line (CTest test `trace_tools`, label sim): a trace written
 # on cudasim is dumped, summed up and replayed twice with the same figures; --help, bad usage
-# and a damaged trace give their exit statuses; the advisor recommends and proves; with python3,
+# and a damaged trace give their exit statuses; a process that exits without destroying its
+# pool leaves every event in the trace; the advisor recommends and proves; with python3,
 # a hand-made PyTorch snapshot is read with its known peak, a pickle holding a class is refused,
 # export-torch keeps the peak, and plot draws or says matplotlib is missing.
 # -D: SAMPLE, TRACE_TOOL, REPLAY_SIM, ADVISE_SIM, PYTHON (may be empty), WORK_DIR.
@@ -21,6 +22,9 @@ function(expect text pattern)
   endif()
 endfunction()
 
+run(0 out "${SAMPLE}" "${WORK_DIR}/early.sptr" --exit-early)
+run(0 out "${TRACE_TOOL}" stats "${WORK_DIR}/early.sptr")
+expect("${out}" "10 events \\(no end record")
 run(0 out "${SAMPLE}" "${trace}")
 run(0 out "${TRACE_TOOL}" dump "${trace}")
 expect("${out}" "^seq,time_us,thread,action,status,ptr,size,stream,buffer,capturing,site\n")
