@@ -468,6 +468,9 @@ void spool__trace_close(spool_pool *pool);
 uint64_t spool__trace_seq(spool_pool *pool);
 SPOOL__NOINLINE void spool__trace_event(spool_pool *pool, const spool__trace_ev *ev);
 void spool__trace_flush(spool_pool *pool);
+/* A chunk the heap took from the pool or gave back (under the pool's lock). */
+SPOOL__NOINLINE void spool__trace_chunk(spool_pool *pool, int kind, uintptr_t addr,
+                                        uint64_t bytes, cudaStream_t stream);
 /* An event at a flush point (trim, stream release, destroy), then the flush. */
 SPOOL__NOINLINE void spool__trace_point(spool_pool *pool, int kind, spool_status s,
                                         uint64_t size, cudaStream_t stream);

@@ -197,6 +197,13 @@ void spool__trace_flush(spool_pool *pool) {
   if (pool->trace) flush_trace(pool->trace);
 }
 
+void spool__trace_chunk(spool_pool *pool, int kind, uintptr_t addr, uint64_t bytes,
+                        cudaStream_t stream) {
+  spool__trace_ev ev = {.kind = (uint8_t)kind, .ptr = (const void *)addr, .size = bytes,
+                        .stream = stream};
+  spool__trace_event(pool, &ev);
+}
+
 void spool__trace_point(spool_pool *pool, int kind, spool_status s, uint64_t size,
                         cudaStream_t stream) {
   spool__trace_ev ev = {.kind = (uint8_t)kind, .status = s, .size = size, .stream = stream};

@@ -51,7 +51,10 @@ typedef enum spool_trace_kind {
   SPOOL_TRACE_SITE = 9,          /* defines site id `site` for its block: aux text bytes follow,
                                     padded to 8; size: line; flags: SPOOL_TRACE_TAG for a tag */
   SPOOL_TRACE_END = 10,          /* pool destroy: size: peak bytes in use, aux: buffers live */
-  SPOOL_TRACE_KINDS = 11
+  SPOOL_TRACE_CHUNK_ALLOC = 11,  /* the heap took a chunk from the pool: ptr, size */
+  SPOOL_TRACE_CHUNK_FREE = 12,   /* the heap gave a chunk back (idle, trim, release): ptr, size,
+                                    stream; at destroy the rest go without records */
+  SPOOL_TRACE_KINDS = 13
 } spool_trace_kind;
 
 enum {

@@ -13,7 +13,8 @@
 #include "helper.h"
 #include "u64map.h"
 
-/* One CSV line per allocation, failed allocation and matched free. */
+/* One CSV line per allocation, failed allocation, matched free and heap chunk (as a
+ * segment). */
 static void write_csv(const tf_trace *t, FILE *out) {
   u64map sizes = {0};
   fprintf(out, "Thread,Time,Action,Pointer,Size,Stream\n");
@@ -30,6 +31,8 @@ static void write_csv(const tf_trace *t, FILE *out) {
                u64map_get(&sizes, e->ptr, &size)) {
       action = "deallocate";
       u64map_del(&sizes, e->ptr);
+    } else if (e->kind == SPOOL_TRACE_CHUNK_ALLOC || e->kind == SPOOL_TRACE_CHUNK_FREE) {
+      action = e->kind == SPOOL_TRACE_CHUNK_ALLOC ? "segment_alloc" : "segment_free";
     }
     if (action)
       fprintf(out, "%" PRIu64 ",%" PRIu64 ".%06" PRIu64 ",%s,0x%" PRIx64 ",%" PRIu64 ",0x%" PRIx64

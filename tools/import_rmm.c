@@ -1,5 +1,7 @@
 /* RMM's logging_resource_adaptor CSV (Thread,Time,Action,Pointer,Size,Stream) as a trace: one
- * event per line, in the file's order, times from the first line's. Time is either seconds
+ * event per line, in the file's order, times from the first line's. Beyond RMM's actions,
+ * segment_alloc and segment_free (what spool_snapshot.py writes for a snapshot's segments) are
+ * the allocator's own chunks. Time is either seconds
  * (1634567890.123456) or a clock time (10:28:07:529553 or 10:28:07.529553). */
 #include "import.h"
 
@@ -86,6 +88,8 @@ static int event_of(char **f, tf_event *e, const char *where, char err[TF_ERR]) 
   else if (!strcmp(f[2], "allocate failure"))
     e->kind = SPOOL_TRACE_ALLOC, e->status = SPOOL_ERR_OOM;
   else if (!strcmp(f[2], "deallocate") || !strcmp(f[2], "free")) e->kind = SPOOL_TRACE_FREE;
+  else if (!strcmp(f[2], "segment_alloc")) e->kind = SPOOL_TRACE_CHUNK_ALLOC;
+  else if (!strcmp(f[2], "segment_free")) e->kind = SPOOL_TRACE_CHUNK_FREE;
   else return tf_fail(err, "%s: Action '%s' (expected allocate, allocate failure or deallocate)",
                    where, f[2]);
   if (!number(f[3], 16, &e->ptr) || (e->ptr == 0 && e->status == SPOOL_OK))
@@ -95,6 +99,7 @@ static int event_of(char **f, tf_event *e, const char *where, char err[TF_ERR]) 
   if (!number(f[5], 16, &e->stream))
     return tf_fail(err, "%s: Stream '%s' is not a hex handle", where, f[5]);
   if (e->kind == SPOOL_TRACE_FREE) e->size = 0; /* the reader knows it from the allocation */
+  if (e->kind == SPOOL_TRACE_CHUNK_ALLOC || e->kind == SPOOL_TRACE_CHUNK_FREE) e->status = 0;
   e->thread = thread;
   return 0;
 }

@@ -46,7 +46,8 @@ def load(path):
 
 def rows(path, trace):
     """RMM rows of one device's trace: a free is its free_requested (the point where the
-    caching allocator may reuse the block in stream order), else its free_completed."""
+    caching allocator may reuse the block in stream order), else its free_completed; segments
+    (the allocator's own reserve) keep their names."""
     freed = set()
     for i, e in enumerate(trace):
         if not isinstance(e, dict) or "action" not in e:
@@ -65,6 +66,8 @@ def rows(path, trace):
             yield [1, f"{when:.6f}", "deallocate", hex(addr), size, hex(stream)]
         elif action == "oom":
             yield [1, f"{when:.6f}", "allocate failure", "0x0", size, hex(stream)]
+        elif action in ("segment_alloc", "segment_free"):
+            yield [1, f"{when:.6f}", action, hex(addr), size, hex(stream)]
 
 
 def to_csv(path, device):
@@ -88,7 +91,8 @@ def from_csv(out_path):
         try:
             _, when, action, addr, size, stream = row
             ev = {"action": {"allocate": "alloc", "deallocate": "free_requested",
-                             "allocate failure": "oom"}[action],
+                             "allocate failure": "oom", "segment_alloc": "segment_alloc",
+                             "segment_free": "segment_free"}[action],
                   "addr": int(addr, 16), "size": int(size), "stream": int(stream, 16),
                   "time_us": int(float(when) * 1e6), "frames": []}
         except (ValueError, KeyError) as err:

@@ -108,6 +108,10 @@ static int stats(const tf_trace *t) {
   printf("peak live:        %s in %" PRIu64 " buffers\n", tool_size_text(s.peak_live_bytes, a),
          s.peak_live_buffers);
   printf("median live:      %s\n", tool_size_text(s.steady_live_bytes, a));
+  if (s.chunk_allocs)
+    printf("heap chunks:      peak %s (%" PRIu64 " taken from the pool, %" PRIu64
+           " given back)\n", tool_size_text(s.chunk_bytes_peak, a), s.chunk_allocs,
+           s.chunk_frees);
   printf("churn:            %s allocated, %.0f allocations/s, %s/s\n",
          tool_size_text(s.bytes_allocated, a), secs > 0 ? (double)s.allocs / secs : 0.0,
          tool_size_text(secs > 0 ? (uint64_t)((double)s.bytes_allocated / secs) : 0, b));

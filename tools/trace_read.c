@@ -14,7 +14,7 @@
 
 static const char *const kind_names[SPOOL_TRACE_KINDS] = {
     "?", "alloc", "free", "record_stream", "scope_begin", "scope_end", "trim",
-    "stream_release", "flush", "site", "end"};
+    "stream_release", "flush", "site", "end", "chunk_alloc", "chunk_free"};
 
 const char *tf_kind_name(int kind) {
   return kind > 0 && kind < SPOOL_TRACE_KINDS ? kind_names[kind] : "?";

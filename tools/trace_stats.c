@@ -40,6 +40,7 @@ typedef struct walk {
   size_t nlives, nsamples;
   uint64_t live_bytes, live_buffers;
   unsigned streams_live;
+  uint64_t chunk_bytes;
 } walk;
 
 static void on_alloc(const tf_trace *t, size_t i, ts_stats *s, walk *w) {
@@ -96,6 +97,15 @@ static void on_event(const tf_trace *t, size_t i, ts_stats *s, walk *w) {
   case SPOOL_TRACE_STREAM_RELEASE: s->releases++; break;
   case SPOOL_TRACE_SCOPE_BEGIN: s->scopes++; break;
   case SPOOL_TRACE_RECORD_STREAM: s->handoffs++; break;
+  case SPOOL_TRACE_CHUNK_ALLOC:
+    s->chunk_allocs++;
+    w->chunk_bytes += e->size;
+    if (w->chunk_bytes > s->chunk_bytes_peak) s->chunk_bytes_peak = w->chunk_bytes;
+    break;
+  case SPOOL_TRACE_CHUNK_FREE:
+    s->chunk_frees++;
+    w->chunk_bytes -= e->size < w->chunk_bytes ? e->size : w->chunk_bytes;
+    break;
   default: break;
   }
 }

@@ -16,6 +16,7 @@ typedef struct ts_stream {
 typedef struct ts_stats {
   uint64_t events, allocs, frees, failed_allocs, ooms, bad_frees, trims, releases, scopes;
   uint64_t handoffs, captured, leaks, leak_bytes;
+  uint64_t chunk_allocs, chunk_frees, chunk_bytes_peak; /* the heap's chunks (its reserve) */
   uint64_t peak_live_bytes, peak_live_buffers;
   uint64_t bytes_allocated, duration_ns;
   uint64_t max_size, min_size;

@@ -3,7 +3,8 @@
 # and a damaged trace give their exit statuses; a process that exits without destroying its
 # pool leaves every event in the trace; the advisor recommends and proves; with python3,
 # a hand-made PyTorch snapshot is read with its known peak, a pickle holding a class is refused,
-# export-torch keeps the peak, and plot draws or says matplotlib is missing.
+# export-torch keeps the peak and the heap's chunks, and plot draws (a stand-in matplotlib shows
+# what) or says matplotlib is missing.
 # -D: SAMPLE, TRACE_TOOL, REPLAY_SIM, ADVISE_SIM, PYTHON (may be empty), WORK_DIR.
 file(MAKE_DIRECTORY "${WORK_DIR}")
 set(trace "${WORK_DIR}/sample.sptr")
@@ -24,7 +25,8 @@ endfunction()
 
 run(0 out "${SAMPLE}" "${WORK_DIR}/early.sptr" --exit-early)
 run(0 out "${TRACE_TOOL}" stats "${WORK_DIR}/early.sptr")
-expect("${out}" "10 events \\(no end record")
+expect("${out}" "events \\(no end record")
+expect("${out}" "allocations: +10 \\(0 failed")
 run(0 out "${SAMPLE}" "${trace}")
 run(0 out "${TRACE_TOOL}" dump "${trace}")
 expect("${out}" "^seq,time_us,thread,action,status,ptr,size,stream,buffer,capturing,site\n")
@@ -94,11 +96,21 @@ expect("${out}" "class.pickle: the snapshot helper failed")
 run(0 out "${TRACE_TOOL}" export-torch "${trace}" -o "${WORK_DIR}/export.pickle")
 run(0 s1 "${TRACE_TOOL}" stats "${trace}")
 run(0 s2 "${TRACE_TOOL}" stats "${WORK_DIR}/export.pickle")
-string(REGEX MATCH "peak live: +[^\n]+" p1 "${s1}")
-string(REGEX MATCH "peak live: +[^\n]+" p2 "${s2}")
+string(REGEX MATCH "peak live: +[^\n]+\nmedian live: +[^\n]+\nheap chunks: +[^\n]+" p1 "${s1}")
+string(REGEX MATCH "peak live: +[^\n]+\nmedian live: +[^\n]+\nheap chunks: +[^\n]+" p2 "${s2}")
 if(NOT p1 STREQUAL p2 OR NOT p1)
   message(FATAL_ERROR "export-torch changed the peak: '${p1}' became '${p2}'")
 endif()
+
+# with a stand-in for matplotlib that writes down what it was asked to draw
+run(0 out ${CMAKE_COMMAND} -E env "PYTHONPATH=${CMAKE_CURRENT_LIST_DIR}/fake_matplotlib"
+    "${TRACE_TOOL}" plot "${trace}" -o "${WORK_DIR}/drawn.txt")
+file(READ "${WORK_DIR}/drawn.txt" drawn)
+expect("${drawn}" "total live: [0-9]+ points, top 6.78\n")
+expect("${drawn}" "reserved \\(heap chunks\\): [0-9]+ points, top 22.00\n")
+expect("${drawn}" "idle \\(reserved - live\\): ")
+expect("${drawn}" "stream 0x[0-9a-f]+: ")
+expect("${drawn}" "mark: 1 points")
 
 execute_process(COMMAND "${PYTHON}" -c "import matplotlib" RESULT_VARIABLE no_mpl
                 OUTPUT_QUIET ERROR_QUIET)
