@@ -80,6 +80,27 @@ START_TEST(advice_keeps_what_a_periodic_peak_needs_and_not_a_one_off) {
 }
 END_TEST
 
+START_TEST(advice_keeps_the_heap_chunks_a_periodic_peak_needs) {
+  /* the same periods, the heap holding a 32 MiB chunk for each peak of 28 MiB live */
+  maker m = {0};
+  uint64_t base = alloc(&m, 4 * MiB), peak[12];
+  for (int p = 0; p < 10; p++) {
+    push(&m, SPOOL_TRACE_CHUNK_ALLOC, 0x7000000000 + (uint64_t)p * GiB, 32 * MiB);
+    for (int i = 0; i < 12; i++) peak[i] = alloc(&m, 2 * MiB);
+    for (int i = 0; i < 12; i++) free_(&m, peak[i]);
+    push(&m, SPOOL_TRACE_CHUNK_FREE, 0x7000000000 + (uint64_t)p * GiB, 32 * MiB);
+    push(&m, SPOOL_TRACE_STREAM_RELEASE, 0, 0);
+  }
+  free_(&m, base);
+  ad_advice a = advise(&m.t);
+  ck_assert_uint_eq(a.recurring_peak, 28 * MiB);
+  ck_assert_uint_eq(a.recurring_held, 32 * MiB);
+  ck_assert_uint_eq(key(&a, "release_threshold")->value, 32 * MiB);
+  ck_assert_ptr_nonnull(strstr(key(&a, "release_threshold")->why, "32.00 MiB in the heap's"));
+  tf_free(&m.t);
+}
+END_TEST
+
 START_TEST(advice_is_proved_by_replays_of_the_defaults_and_of_itself) {
   maker m = {0};
   periodic(&m);
@@ -118,6 +139,7 @@ static Suite *suite(void) {
   TCase *tc = test_tcase("advise");
   tcase_add_test(tc, advice_reserves_the_working_set_a_program_always_holds);
   tcase_add_test(tc, advice_keeps_what_a_periodic_peak_needs_and_not_a_one_off);
+  tcase_add_test(tc, advice_keeps_the_heap_chunks_a_periodic_peak_needs);
   tcase_add_test(tc, advice_is_proved_by_replays_of_the_defaults_and_of_itself);
   tcase_add_test(tc, advice_of_a_trace_without_allocations_is_refused);
   suite_add_tcase(su, tc);

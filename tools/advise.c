@@ -2,8 +2,9 @@
  *  - reserve: the live bytes the program does not go below (the median of the periods' lows),
  *    which a pool made with that much ready never has to grow for;
  *  - release_threshold: the highest peak that comes back (the second-highest peak of the
- *    trace's periods) in the bytes the pool reserves for it, so that a synchronize keeps what
- *    the next period needs and gives back a peak that happened once;
+ *    trace's periods), of the live bytes or, where the trace has them, of the heap's chunks
+ *    (what the pool must hold for it), so that a synchronize keeps what the next period needs
+ *    and gives back a peak that happened once;
  *  - front_limit: the most bytes of small buffers (up to 1 MiB) one stream held at once, so
  *    that a front holds a repeat of all of them;
  *  - chunk_idle: the allocations in a period, so that an all-free chunk waits for the next;
@@ -37,11 +38,13 @@ static int cmp_u64(const void *a, const void *b) {
 }
 
 typedef struct walk {
-  uint64_t *lows;     /* each period's lowest live bytes */
-  uint64_t nallocs;
-  uint64_t *peaks;    /* each period's highest live bytes */
+  uint64_t *lows, *peaks; /* each period's lowest and highest live bytes */
+  uint64_t *held;         /* each period's highest bytes in the heap's chunks */
   size_t nperiods;
-  uint64_t allocs_per_period_max, front_peak;
+  uint64_t nallocs, allocs_per_period_max, front_peak;
+  uint64_t live_bytes, chunk_bytes, in_period;
+  u64map live;  /* ptr -> index of its allocation */
+  u64map small; /* stream + 1 -> its live bytes in buffers up to SMALL */
 } walk;
 
 static bool is_sync(const tf_event *e) {
@@ -50,13 +53,36 @@ static bool is_sync(const tf_event *e) {
 }
 
 /* Live bytes of small buffers per stream (the stream each was allocated on), at their peak. */
-static void small_live(u64map *per_stream, const tf_event *a, int64_t delta, walk *w) {
+static void small_live(walk *w, const tf_event *a, int64_t delta) {
   uint64_t now = 0;
   uint64_t key = a->stream + 1; /* the map's keys are never 0 */
-  (void)u64map_get(per_stream, key, &now);
+  (void)u64map_get(&w->small, key, &now);
   now = (uint64_t)((int64_t)now + delta);
-  (void)u64map_put(per_stream, key, now);
+  (void)u64map_put(&w->small, key, now);
   if (now > w->front_peak) w->front_peak = now;
+}
+
+/* Event i's change of the live bytes and the chunks. */
+static void step(const tf_trace *t, size_t i, walk *w) {
+  const tf_event *e = &t->ev[i];
+  uint64_t at;
+  if (e->kind == SPOOL_TRACE_ALLOC && e->status == SPOOL_OK) {
+    (void)u64map_put(&w->live, e->ptr, i);
+    w->live_bytes += e->size;
+    if (e->size <= SMALL) small_live(w, e, (int64_t)e->size);
+    w->nallocs++;
+    if (++w->in_period > w->allocs_per_period_max) w->allocs_per_period_max = w->in_period;
+  } else if (e->kind == SPOOL_TRACE_FREE && e->status == SPOOL_OK &&
+             u64map_get(&w->live, e->ptr, &at)) {
+    const tf_event *a = &t->ev[at];
+    u64map_del(&w->live, e->ptr);
+    w->live_bytes -= a->size;
+    if (a->size <= SMALL) small_live(w, a, -(int64_t)a->size);
+  } else if (e->kind == SPOOL_TRACE_CHUNK_ALLOC) {
+    w->chunk_bytes += e->size;
+  } else if (e->kind == SPOOL_TRACE_CHUNK_FREE) {
+    w->chunk_bytes -= e->size < w->chunk_bytes ? e->size : w->chunk_bytes;
+  }
 }
 
 static int walk_trace(const tf_trace *t, walk *w, char err[TF_ERR]) {
@@ -66,37 +92,21 @@ static int walk_trace(const tf_trace *t, walk *w, char err[TF_ERR]) {
   size_t cuts = t->n < CUTS ? t->n : CUTS, periods = (by_sync ? syncs : cuts) + 1;
   w->lows = malloc(periods * sizeof *w->lows);
   w->peaks = calloc(periods, sizeof *w->peaks);
-  u64map live = {0}, small = {0};
-  if (!w->lows || !w->peaks) return snprintf(err, TF_ERR, "no memory"), -1;
+  w->held = calloc(periods, sizeof *w->held);
+  if (!w->lows || !w->peaks || !w->held) return snprintf(err, TF_ERR, "no memory"), -1;
   for (size_t p = 0; p < periods; p++) w->lows[p] = UINT64_MAX;
-  uint64_t bytes = 0, in_period = 0;
   for (size_t i = 0; i < t->n; i++) {
-    const tf_event *e = &t->ev[i];
     size_t period = by_sync ? w->nperiods : i * cuts / t->n;
-    if (by_sync && is_sync(e)) {
+    if (by_sync && is_sync(&t->ev[i])) {
       w->nperiods++;
-      in_period = 0;
+      w->in_period = 0;
     }
-    uint64_t at;
-    if (e->kind == SPOOL_TRACE_ALLOC && e->status == SPOOL_OK) {
-      (void)u64map_put(&live, e->ptr, i);
-      bytes += e->size;
-      if (e->size <= SMALL) small_live(&small, e, (int64_t)e->size, w);
-      w->nallocs++;
-      if (++in_period > w->allocs_per_period_max) w->allocs_per_period_max = in_period;
-    } else if (e->kind == SPOOL_TRACE_FREE && e->status == SPOOL_OK &&
-               u64map_get(&live, e->ptr, &at)) {
-      const tf_event *a = &t->ev[at];
-      u64map_del(&live, e->ptr);
-      bytes -= a->size;
-      if (a->size <= SMALL) small_live(&small, a, -(int64_t)a->size, w);
-    }
-    if (bytes > w->peaks[period]) w->peaks[period] = bytes;
-    if (bytes < w->lows[period]) w->lows[period] = bytes;
+    step(t, i, w);
+    if (w->live_bytes > w->peaks[period]) w->peaks[period] = w->live_bytes;
+    if (w->live_bytes < w->lows[period]) w->lows[period] = w->live_bytes;
+    if (w->chunk_bytes > w->held[period]) w->held[period] = w->chunk_bytes;
   }
   w->nperiods = by_sync ? w->nperiods + 1 : cuts;
-  u64map_free(&live);
-  u64map_free(&small);
   return 0;
 }
 
@@ -147,17 +157,27 @@ int ad_recommend(const tf_trace *t, ad_advice *a, char err[TF_ERR]) {
     uint64_t floor = w.lows[w.nperiods / 2];
     uint64_t reserve = round_down(floor, GRAIN);
     qsort(w.peaks, w.nperiods, sizeof *w.peaks, cmp_u64);
+    qsort(w.held, w.nperiods, sizeof *w.held, cmp_u64);
     a->periods = w.nperiods;
     a->one_off_peak = w.peaks[w.nperiods - 1];
     a->recurring_peak = w.nperiods > 1 ? w.peaks[w.nperiods - 2] : a->one_off_peak;
-    uint64_t threshold = round_up(a->recurring_peak, GRAIN);
+    a->recurring_held = w.nperiods > 1 ? w.held[w.nperiods - 2] : w.held[w.nperiods - 1];
+    uint64_t need = a->recurring_held > a->recurring_peak ? a->recurring_held
+                                                          : a->recurring_peak;
+    uint64_t threshold = round_up(need, GRAIN);
     if (threshold < reserve) threshold = reserve;
     bool once = a->one_off_peak > a->recurring_peak;
+    char s3[32], held[64] = "", highest[64] = "";
+    if (a->recurring_held)
+      snprintf(held, sizeof held, ", %s in the heap's chunks",
+               tool_size_text(a->recurring_held, s3));
+    if (once)
+      snprintf(highest, sizeof highest, " (the highest live, %s, came once)",
+               tool_size_text(a->one_off_peak, s2));
     add(a, "release_threshold", threshold, "the highest peak that recurs across the trace's %"
-        PRIu64 " periods is %s live%s%s%s: a synchronize keeps that much for the next period"
-        "%s", a->periods, tool_size_text(a->recurring_peak, s1),
-        once ? " (the highest, " : "", once ? tool_size_text(a->one_off_peak, s2) : "",
-        once ? ", came once)" : "", once ? " and gives the rest back" : "");
+        PRIu64 " periods is %s live%s%s: a synchronize keeps that much for the next period%s",
+        a->periods, tool_size_text(a->recurring_peak, s1), held, highest,
+        once ? " and gives the rest back" : "");
     if (reserve)
       add(a, "reserve", reserve, "in half of the periods the live bytes never fell below %s: "
           "a pool created with that much ready (in 2 MiB steps) never grows for it",
@@ -179,6 +199,9 @@ int ad_recommend(const tf_trace *t, ad_advice *a, char err[TF_ERR]) {
   }
   free(w.lows);
   free(w.peaks);
+  free(w.held);
+  u64map_free(&w.live);
+  u64map_free(&w.small);
   return rc;
 }
 

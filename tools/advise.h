@@ -19,7 +19,8 @@ typedef struct ad_advice {
   ad_key keys[AD_KEYS];
   int n;
   char config[512]; /* the keys as config text */
-  uint64_t periods, recurring_peak, one_off_peak; /* what release_threshold was judged on */
+  uint64_t periods, recurring_peak, one_off_peak; /* what release_threshold was judged on: */
+  uint64_t recurring_held; /* live bytes, and bytes in the heap's chunks (spool traces) */
 } ad_advice;
 
 /* Everything but max_size, from the trace alone. 0, or -1 with err. */

@@ -5,7 +5,8 @@
 # a hand-made PyTorch snapshot is read with its known peak, a pickle holding a class is refused,
 # export-torch keeps the peak and the heap's chunks, and plot draws (a stand-in matplotlib shows
 # what) or says matplotlib is missing.
-# -D: SAMPLE, TRACE_TOOL, REPLAY_SIM, ADVISE_SIM, PYTHON (may be empty), WORK_DIR.
+# -D: SAMPLE, TRACE_TOOL, REPLAY_SIM, ADVISE_SIM, REPLAY, ADVISE, PYTHON (may be empty),
+# WORK_DIR.
 file(MAKE_DIRECTORY "${WORK_DIR}")
 set(trace "${WORK_DIR}/sample.sptr")
 
@@ -56,6 +57,10 @@ expect("${out}" "\\(defaults\\) .*\nrecommended ")
 run(0 out "${ADVISE_SIM}" "${trace}" --json)
 expect("${out}" "\"defaults\":\\{\"config\":\"\",\"ops\":")
 run(0 out "${ADVISE_SIM}" --help)
+run(0 out "${REPLAY}" --help) # the CUDA runtime's builds: --help needs no device
+expect("${out}" "^usage: spool-replay TRACE")
+run(0 out "${ADVISE}" --help)
+expect("${out}" "^usage: spool-advise TRACE")
 run(0 out "${TRACE_TOOL}" --help)
 run(0 out "${REPLAY_SIM}" --help)
 run(1 out "${TRACE_TOOL}" frobnicate "${trace}")
