@@ -13,11 +13,24 @@
 
 extern char **environ;
 
-/* SPOOL_HELPER_DIR, else the installed folder, else the source tree's. */
+/* SPOOL_HELPER_DIR; else share/spool beside the tool's own bin/ (an installed tree that was
+ * moved), the configured install folder, the source tree's. */
 static void helper_path(const char *name, char out[1024]) {
   const char *env = getenv("SPOOL_HELPER_DIR");
-  snprintf(out, 1024, "%s/%s", env && *env ? env : SPOOL_HELPER_INSTALLED, name);
-  if ((env && *env) || access(out, R_OK) == 0) return;
+  if (env && *env) {
+    snprintf(out, 1024, "%s/%s", env, name);
+    return;
+  }
+  char exe[512];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  char *slash = n > 0 ? (exe[n] = '\0', strrchr(exe, '/')) : NULL;
+  if (slash) {
+    *slash = '\0';
+    snprintf(out, 1024, "%s/../share/spool/%s", exe, name);
+    if (access(out, R_OK) == 0) return;
+  }
+  snprintf(out, 1024, "%s/%s", SPOOL_HELPER_INSTALLED, name);
+  if (access(out, R_OK) == 0) return;
   snprintf(out, 1024, "%s/%s", SPOOL_HELPER_SOURCE, name);
 }
 
