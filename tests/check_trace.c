@@ -276,6 +276,40 @@ START_TEST(trace_of_threads_numbers_every_event_once_in_order) {
 }
 END_TEST
 
+START_TEST(trace_marks_the_calls_made_under_a_capture) {
+  char path[256];
+  trace_path("capture", path);
+  spool_pool *p = traced_pool(path, NULL);
+  cudaStream_t s = test_stream_create();
+  CK_SPOOL(spool_free(p, test_alloc_on(p, 4096, s), s)); /* before: not captured */
+  cudaGraph_t graph;
+  CK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  void *in_graph = test_alloc_on(p, 8192, s);
+  CK_SPOOL(spool_free(p, in_graph, s));
+  CK_CUDA(cudaStreamEndCapture(s, &graph));
+  CK_CUDA(cudaGraphDestroy(graph));
+  CK_SPOOL(spool_free(p, test_alloc_on(p, 4096, s), s)); /* after: not captured */
+  test_pool_destroy(p);
+  tf_trace t;
+  load(path, &t);
+  size_t at = 0;
+  ck_assert(!(next_of(&t, SPOOL_TRACE_ALLOC, &at)->flags & SPOOL_TRACE_CAPTURING));
+  const tf_event *e = next_of(&t, SPOOL_TRACE_ALLOC, &at);
+  ck_assert_uint_eq(e->size, 8192);
+  ck_assert(e->flags & SPOOL_TRACE_CAPTURING);
+  ck_assert(free_of(&t, in_graph)->flags & SPOOL_TRACE_CAPTURING);
+  ck_assert(!(next_of(&t, SPOOL_TRACE_ALLOC, &at)->flags & SPOOL_TRACE_CAPTURING));
+  ts_stats st;
+  char err[TF_ERR];
+  ck_assert_int_eq(ts_compute(&t, &st, err), 0);
+  ck_assert_uint_eq(st.captures, 1);
+  ck_assert_uint_eq(st.captured, 1);
+  tf_free(&t);
+  test_stream_destroy(s);
+  unlink(path);
+}
+END_TEST
+
 START_TEST(trace_off_writes_no_file) {
   spool_pool *p = test_pool_with(NULL);
   ck_assert_str_eq(spool_pool_config(p)->trace, "");
@@ -293,6 +327,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, trace_to_a_file_that_cannot_be_written_fails_the_create);
   tcase_add_test(tc, trace_env_names_a_file_per_pool_with_its_number);
   tcase_add_test(tc, trace_of_threads_numbers_every_event_once_in_order);
+  tcase_add_test(tc, trace_marks_the_calls_made_under_a_capture);
   tcase_add_test(tc, trace_off_writes_no_file);
   suite_add_tcase(su, tc);
   return su;

@@ -119,8 +119,9 @@ static int stats(const tf_trace *t) {
          (double)s.life_p50_ns / 1e6, (double)s.life_p90_ns / 1e6,
          (double)s.life_max_ns / 1e6, s.lifetimes);
   printf("other events:     %" PRIu64 " trims, %" PRIu64 " stream releases, %" PRIu64
-         " scopes, %" PRIu64 " hand-offs, %" PRIu64 " allocations under capture\n", s.trims,
-         s.releases, s.scopes, s.handoffs, s.captured);
+         " scopes, %" PRIu64 " hand-offs\n", s.trims, s.releases, s.scopes, s.handoffs);
+  printf("graph capture:    %" PRIu64 " captures seen, %" PRIu64 " allocations under one\n",
+         s.captures, s.captured);
   printf("left live at end: %" PRIu64 " buffers, %s\n", s.leaks, tool_size_text(s.leak_bytes, a));
   print_hist(&s);
   print_streams(&s);

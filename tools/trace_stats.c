@@ -88,8 +88,17 @@ static void on_free(const tf_trace *t, const tf_event *e, ts_stats *s, walk *w) 
   w->lives[w->nlives++] = e->time_ns >= a->time_ns ? e->time_ns - a->time_ns : 0;
 }
 
+/* Spool sees a capture only in its calls' flags: one begins where a stream's flag comes on. */
+static void on_capture_flag(const tf_event *e, ts_stats *s) {
+  bool now = (e->flags & SPOOL_TRACE_CAPTURING) != 0;
+  ts_stream *st = &s->streams[stream_index(s, e)];
+  if (now && !st->capturing) s->captures++;
+  st->capturing = now;
+}
+
 static void on_event(const tf_trace *t, size_t i, ts_stats *s, walk *w) {
   const tf_event *e = &t->ev[i];
+  if (e->kind == SPOOL_TRACE_ALLOC || e->kind == SPOOL_TRACE_FREE) on_capture_flag(e, s);
   switch (e->kind) {
   case SPOOL_TRACE_ALLOC: on_alloc(t, i, s, w); break;
   case SPOOL_TRACE_FREE: on_free(t, e, s, w); break;

@@ -11,11 +11,13 @@
 typedef struct ts_stream {
   uint64_t stream, thread; /* thread: for cudaStreamPerThread (a stream per thread), else 0 */
   uint64_t allocs, live, peak_live, peak_bytes, bytes; /* buffers; bytes live now */
+  bool capturing; /* its last allocation or free was made under a capture */
 } ts_stream;
 
 typedef struct ts_stats {
   uint64_t events, allocs, frees, failed_allocs, ooms, bad_frees, trims, releases, scopes;
   uint64_t handoffs, captured, leaks, leak_bytes;
+  uint64_t captures; /* captures seen: a stream's calls going from uncaptured to captured */
   uint64_t chunk_allocs, chunk_frees, chunk_bytes_peak; /* the heap's chunks (its reserve) */
   uint64_t peak_live_bytes, peak_live_buffers;
   uint64_t bytes_allocated, duration_ns;
