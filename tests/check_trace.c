@@ -51,6 +51,13 @@ static size_t calls_of(const tf_trace *t) {
   return t->n - count_of(t, SPOOL_TRACE_CHUNK_ALLOC) - count_of(t, SPOOL_TRACE_CHUNK_FREE);
 }
 
+static ts_stats stats_of(const tf_trace *t) {
+  ts_stats st;
+  char err[TF_ERR];
+  ck_assert_msg(ts_compute(t, &st, err) == 0, "%s", err);
+  return st;
+}
+
 static const tf_event *free_of(const tf_trace *t, const void *ptr) {
   for (size_t i = 0; i < t->n; i++)
     if (t->ev[i].kind == SPOOL_TRACE_FREE && t->ev[i].ptr == (uintptr_t)ptr) return &t->ev[i];
@@ -263,9 +270,7 @@ START_TEST(trace_of_threads_numbers_every_event_once_in_order) {
   load(path, &t);
   ck_assert_uint_eq(calls_of(&t), 2 * THREADS * THREAD_PAIRS + 1);
   for (size_t i = 0; i < t.n; i++) ck_assert_uint_eq(t.ev[i].seq, i + 1);
-  ts_stats st;
-  char err[TF_ERR];
-  ck_assert_int_eq(ts_compute(&t, &st, err), 0);
+  ts_stats st = stats_of(&t);
   ck_assert_uint_eq(st.allocs, THREADS * THREAD_PAIRS);
   ck_assert_uint_eq(st.frees, THREADS * THREAD_PAIRS);
   ck_assert_uint_eq(st.bad_frees, 0); /* a free always comes before the reuse of its address */
@@ -299,9 +304,7 @@ START_TEST(trace_marks_the_calls_made_under_a_capture) {
   ck_assert(e->flags & SPOOL_TRACE_CAPTURING);
   ck_assert(free_of(&t, in_graph)->flags & SPOOL_TRACE_CAPTURING);
   ck_assert(!(next_of(&t, SPOOL_TRACE_ALLOC, &at)->flags & SPOOL_TRACE_CAPTURING));
-  ts_stats st;
-  char err[TF_ERR];
-  ck_assert_int_eq(ts_compute(&t, &st, err), 0);
+  ts_stats st = stats_of(&t);
   ck_assert_uint_eq(st.captures, 1);
   ck_assert_uint_eq(st.captured, 1);
   tf_free(&t);

@@ -14,8 +14,9 @@ typedef struct tool_helper {
 } tool_helper;
 
 /* Starts helper (a file name: looked up in SPOOL_HELPER_DIR, share/spool beside the tool's
- * bin/, the configured share/spool, then the source tree) with up to 4 arguments; feed: a pipe to its standard input; read: one from
- * its standard output. 0, or -1 with err naming what is missing. */
+ * bin/, the configured share/spool, then the source tree) with up to 4 arguments; feed: a
+ * pipe to its standard input; read: one from its standard output. 0, or -1 with err naming
+ * what is missing. */
 int tool_helper_start(const char *helper, const char *const *args, int nargs, bool feed,
                       bool read, tool_helper *h, char err[TF_ERR]);
 /* Closes what is still open and waits: the helper's exit status, or -1 when it did not exit. */
