@@ -45,3 +45,11 @@ bool spool__barrier_available(void) { return false; }
 bool spool__barrier_all(void) { return false; }
 
 #endif
+
+_Thread_local uint64_t spool__thread_no;
+static atomic_uint_fast64_t threads_seen;
+
+uint64_t spool__thread_new(void) {
+  spool__thread_no = atomic_fetch_add(&threads_seen, 1) + 1;
+  return spool__thread_no;
+}

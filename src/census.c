@@ -10,6 +10,7 @@
  * Locks: the pool's lock, then each front's. */
 #include "capture.h"
 #include "front.h"
+#include "trace_format.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,7 @@ bool spool__cache_containing(spool_pool *p, uintptr_t u, spool__buffer *out) {
   bool found = false;
   pthread_mutex_lock(&p->lock);
   for (spool__scache *c = p->caches; c && !found; c = c->next) {
-    lock(c);
+    front_lock(c);
     for (size_t i = 0; i < c->blocks.cap && !found; i++) {
       const spool__buffer *b = &c->blocks.slots[i];
       if (b->ptr && b->state == SPOOL__LIVE && b->ptr <= u && u - b->ptr < b->size) {
@@ -29,7 +30,7 @@ bool spool__cache_containing(spool_pool *p, uintptr_t u, spool__buffer *out) {
         found = true;
       }
     }
-    unlock(c);
+    front_unlock(c);
   }
   pthread_mutex_unlock(&p->lock);
   return found;
@@ -39,13 +40,13 @@ bool spool__cache_find_live(spool_pool *p, uintptr_t u, spool__buffer *out) {
   bool found = false;
   pthread_mutex_lock(&p->lock);
   for (spool__scache *c = p->caches; c && !found; c = c->next) {
-    lock(c);
+    front_lock(c);
     const spool__buffer *b = spool__table_lookup(&c->blocks, u);
     if (b && b->state == SPOOL__LIVE) {
       *out = *b;
       found = true;
     }
-    unlock(c);
+    front_unlock(c);
   }
   pthread_mutex_unlock(&p->lock);
   return found;
@@ -73,9 +74,9 @@ void spool__cache_each_live(spool_pool *p, void (*fn)(const spool__buffer *, voi
   live_walk w = {fn, arg};
   pthread_mutex_lock(&p->lock);
   for (spool__scache *c = p->caches; c; c = c->next) {
-    lock(c);
+    front_lock(c);
     spool__table_each(&c->blocks, if_live, &w);
-    unlock(c);
+    front_unlock(c);
   }
   pthread_mutex_unlock(&p->lock);
 }
@@ -84,7 +85,7 @@ void spool__cache_sum(spool_pool *p, spool__cache_counters *cc) {
   memset(cc, 0, sizeof *cc);
   pthread_mutex_lock(&p->lock);
   for (spool__scache *c = p->caches; c; c = c->next) {
-    lock(c);
+    front_lock(c);
     spool__front_publish(p, c);
     const spool__cache_counters *k = &c->c;
     cc->bytes_in_use += k->bytes_in_use;
@@ -98,7 +99,7 @@ void spool__cache_sum(spool_pool *p, spool__cache_counters *cc) {
     cc->hits += k->hits;
     cc->misses += k->misses;
     cc->flushes += k->flushes;
-    unlock(c);
+    front_unlock(c);
   }
   cc->bytes_cached += p->heap.free_bytes;
   pthread_mutex_unlock(&p->lock);
@@ -124,10 +125,10 @@ void spool__cache_each_stream(spool_pool *p, void (*fn)(const spool__stream_idle
                               void *arg) {
   pthread_mutex_lock(&p->lock);
   for (spool__scache *c = p->caches; c; c = c->next) {
-    lock(c);
+    front_lock(c);
     spool__stream_idle idle = {c->stream, c->thread, c->c.bytes_cached,
                                spool__heap_pending_bytes(&c->pend), c->c.bytes_in_use};
-    unlock(c);
+    front_unlock(c);
     fn(&idle, arg);
   }
   pthread_mutex_unlock(&p->lock);
@@ -139,9 +140,9 @@ void spool__cache_each_stream(spool_pool *p, void (*fn)(const spool__stream_idle
 static void flush_front(spool_pool *p, spool__scache *c) {
   spool__quar_drain(p, c);
   if (!spool__front_spill(p, c, 0, false)) return;
-  lock(c);
+  front_lock(c);
   c->c.flushes++;
-  unlock(c);
+  front_unlock(c);
 }
 
 /* Whether a flush would give anything back: a front block, or a chunk with no used block. A
@@ -150,9 +151,9 @@ static bool anything_held(spool_pool *p) {
   if (spool__heap_has_free_chunk(p)) return true;
   bool any = false;
   for (spool__scache *c = p->caches; c && !any; c = c->next) {
-    lock(c);
+    front_lock(c);
     any = c->front_blocks > 0 || c->quar_count > 0;
-    unlock(c);
+    front_unlock(c);
   }
   return any;
 }
@@ -281,6 +282,8 @@ spool_status spool_stream_release(spool_pool *pool, cudaStream_t stream) {
     }
   }
   pthread_mutex_unlock(&pool->lock);
+  if (SPOOL__UNLIKELY(pool->trace))
+    spool__trace_point(pool, SPOOL_TRACE_STREAM_RELEASE, s, 0, stream);
   return s;
 }
 
@@ -304,6 +307,8 @@ spool_status spool_trim(spool_pool *pool, size_t keep_bytes) {
   pthread_mutex_lock(&pool->lock);
   pool->c.trims++;
   pthread_mutex_unlock(&pool->lock);
+  if (SPOOL__UNLIKELY(pool->trace))
+    spool__trace_point(pool, SPOOL_TRACE_TRIM, SPOOL_OK, keep_bytes, NULL);
   return SPOOL_OK;
 }
 

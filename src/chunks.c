@@ -25,6 +25,7 @@
  *
  * Everything here runs under the pool's lock. */
 #include "capture.h"
+#include "trace_format.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -259,6 +260,7 @@ spool__block *spool__heap_add_chunk(spool_pool *p, spool__pending *own, uintptr_
   h->chunks = c;
   h->chunk_bytes += bytes;
   h->chunk_allocs++;
+  if (SPOOL__UNLIKELY(p->trace)) spool__trace_chunk(p, SPOOL_TRACE_CHUNK_ALLOC, addr, bytes, NULL);
   /* The whole chunk is a range freed on own's stream just now; the caller's block is cut off. */
   *b = (spool__block){.addr = addr, .bytes = bytes, .chunk = c, .state = SPOOL__BLOCK_FREE,
                       .owner = own, .tick = ++own->tick};
@@ -388,6 +390,8 @@ spool_status spool__heap_free_empty(spool_pool *p, spool__pending *own, cudaStre
                               spool__format_size(c->bytes, size), (void *)c->addr,
                               (void *)stream);
     }
+    if (SPOOL__UNLIKELY(p->trace))
+      spool__trace_chunk(p, SPOOL_TRACE_CHUNK_FREE, c->addr, c->bytes, stream);
     unlist(h, b);
     record_drop(h, b);
     chunk_drop(p, c);

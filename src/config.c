@@ -477,6 +477,8 @@ static const spool__key spool__keys[] = {
      "none, or posix_fd: the pool can be shared with other processes"},
     {"nvtx", &spool__type_bool, SPOOL__AT(nvtx), NULL,
      "tell memory tools (compute-sanitizer) which parts of the heap are live buffers"},
+    {"trace", &spool__type_path, SPOOL__AT(trace), NULL,
+     "file the pool records its calls to; \"\": SPOOL_TRACE, else none"},
 };
 #undef SPOOL__AT
 #define SPOOL__NKEYS (sizeof spool__keys / sizeof spool__keys[0])
@@ -876,19 +878,19 @@ static spool_status spool__validate_peers(const spool_config *cfg) {
   return SPOOL_OK;
 }
 
-/* The path must end within its array, and be writable as config text (format's promise). */
-static spool_status spool__validate_report(const spool_config *cfg) {
-  size_t n = strnlen(cfg->report, sizeof cfg->report), i;
-  if (n == sizeof cfg->report)
+/* A path must end within its array, and be writable as config text (format's promise). */
+static spool_status spool__validate_path(const char *path, const char *key) {
+  size_t n = strnlen(path, SPOOL_REPORT_PATH_MAX), i;
+  if (n == SPOOL_REPORT_PATH_MAX)
     return spool__fail(SPOOL_ERR_CONFIG,
-                       "config: report has no terminating NUL within its %d bytes",
+                       "config: %s has no terminating NUL within its %d bytes", key,
                        SPOOL_REPORT_PATH_MAX);
   for (i = 0; i < n; i++) {
-    if (cfg->report[i] == '"' || cfg->report[i] == '\n')
+    if (path[i] == '"' || path[i] == '\n')
       return spool__fail(SPOOL_ERR_CONFIG,
-                         "config: report holds %s at byte %zu (a report path cannot hold '\"' "
-                         "or a line break: config text could not give it)",
-                         cfg->report[i] == '"' ? "'\"'" : "a line break", i);
+                         "config: %s holds %s at byte %zu (a %s path cannot hold '\"' "
+                         "or a line break: config text could not give it)", key,
+                         path[i] == '"' ? "'\"'" : "a line break", i, key);
   }
   return SPOOL_OK;
 }
@@ -915,7 +917,8 @@ spool_status spool_config_validate(const spool_config *cfg) {
   if (cfg->oom_retries > SPOOL__OOM_RETRIES_MAX)
     return spool__fail(SPOOL_ERR_CONFIG, "config: oom_retries is %u (expected 0 to %d)",
                        cfg->oom_retries, SPOOL__OOM_RETRIES_MAX);
-  if ((st = spool__validate_report(cfg)) != SPOOL_OK) return st;
+  if ((st = spool__validate_path(cfg->report, "report")) != SPOOL_OK) return st;
+  if ((st = spool__validate_path(cfg->trace, "trace")) != SPOOL_OK) return st;
   if (cfg->heap_max_block > SPOOL_HEAP_MAX_BLOCK_LIMIT) {
     char have[SPOOL__SIZE_TEXT];
     return spool__fail(SPOOL_ERR_CONFIG, "config: heap_max_block is %s (expected at most 1 "

@@ -43,14 +43,7 @@ void spool__front_revoke(spool__scache *c) {
 /* ---- finding a stream's front ------------------------------------------------------------ */
 
 _Thread_local spool__front_slot spool__front_slots[SPOOL__FRONT_SLOTS];
-_Thread_local uint64_t spool__front_thread_no;
-static atomic_uint_fast64_t threads_seen;
 static _Thread_local unsigned slot_next; /* the slot the next new stream takes */
-
-uint64_t spool__front_thread_new(void) {
-  spool__front_thread_no = atomic_fetch_add(&threads_seen, 1) + 1;
-  return spool__front_thread_no;
-}
 
 /* Under the pool's lock. */
 spool__scache *spool__front_find(spool_pool *p, cudaStream_t key, uint64_t thread) {
@@ -71,7 +64,7 @@ spool_status spool__front_of_slow(spool_pool *p, cudaStream_t key, spool__scache
     c->stream = key;
     c->thread = thread;
     c->may_own = p->cfg.cache_owner && spool__barrier_available();
-    if (c->may_own) atomic_store_explicit(&c->owner, my_thread(), memory_order_relaxed);
+    if (c->may_own) atomic_store_explicit(&c->owner, spool__thread_id(), memory_order_relaxed);
     c->next = p->caches;
     p->caches = c;
   }
@@ -160,10 +153,10 @@ static void spill_one(spool_pool *p, spool__scache *c, uintptr_t u) {
  * With `due`, only when FRONT_AGE / 4 frees have passed since the last such look (a walk of the
  * front: not on every miss). Returns how many blocks went. */
 uint32_t spool__front_spill(spool_pool *p, spool__scache *c, uint64_t age, bool due) {
-  lock(c);
+  front_lock(c);
   uint32_t spilled = 0;
   if (due && c->tick - c->spilled_at < SPOOL__FRONT_AGE / 4) {
-    unlock(c);
+    front_unlock(c);
     return 0;
   }
   if (due) c->spilled_at = c->tick;
@@ -184,7 +177,7 @@ uint32_t spool__front_spill(spool_pool *p, spool__scache *c, uint64_t age, bool 
       if (!bin->count) c->front_map[w] &= ~((uint64_t)1 << (cls % 64));
     }
   }
-  unlock(c);
+  front_unlock(c);
   return spilled;
 }
 
@@ -220,8 +213,8 @@ void spool__quar_release(spool_pool *p, spool__scache *c, uintptr_t u) {
 
 /* Under the pool's lock: everything c keeps in quarantine goes into the heap. */
 void spool__quar_drain(spool_pool *p, spool__scache *c) {
-  lock(c);
+  front_lock(c);
   while (c->quar_count) spool__quar_release(p, c, spool__quar_pop(c));
-  unlock(c);
+  front_unlock(c);
 }
 

@@ -15,24 +15,16 @@
 
 void spool__front_lock_slow(spool__scache *c);
 void spool__front_revoke(spool__scache *c);
-uint64_t spool__front_thread_new(void);
 
 /* ---- the front's lock ---------------------------------------------------------------------- */
 
-/* This thread's number: never reused, never 0. */
-extern _Thread_local uint64_t spool__front_thread_no;
-static inline uint64_t my_thread(void) {
-  uint64_t n = spool__front_thread_no;
-  return n ? n : spool__front_thread_new();
-}
-
-static inline void lock(spool__scache *c) {
+static inline void front_lock(spool__scache *c) {
   if (atomic_exchange_explicit(&c->lock, 1, memory_order_acquire)) spool__front_lock_slow(c);
   uint64_t owner = atomic_load_explicit(&c->owner, memory_order_relaxed);
-  if (owner != 0 && owner != my_thread()) spool__front_revoke(c);
+  if (owner != 0 && owner != spool__thread_id()) spool__front_revoke(c);
 }
 
-static inline void unlock(spool__scache *c) {
+static inline void front_unlock(spool__scache *c) {
   atomic_store_explicit(&c->lock, 0, memory_order_release);
 }
 
@@ -44,7 +36,7 @@ static inline void unlock(spool__scache *c) {
 #define OWNER_STREAK 64
 
 static inline void count_streak(spool__scache *c) {
-  uint64_t me = my_thread();
+  uint64_t me = spool__thread_id();
   if (c->streak_thread != me) {
     c->streak_thread = me;
     c->streak = 0;
@@ -63,14 +55,14 @@ typedef enum { HELD_LOCK, HELD_OWNER } held;
  * barrier the owner's check falls, either the owner sees it lost the cache, or its `inside` is
  * seen and waited for. */
 static inline held enter(spool__scache *c) {
-  uint64_t me = my_thread();
+  uint64_t me = spool__thread_id();
   if (atomic_load_explicit(&c->owner, memory_order_relaxed) == me) {
     atomic_store_explicit(&c->inside, 1, memory_order_relaxed);
     atomic_signal_fence(memory_order_seq_cst); /* the compiler keeps the store before the load */
     if (atomic_load_explicit(&c->owner, memory_order_relaxed) == me) return HELD_OWNER;
     atomic_store_explicit(&c->inside, 0, memory_order_release);
   }
-  lock(c);
+  front_lock(c);
   return HELD_LOCK;
 }
 
@@ -79,7 +71,7 @@ static inline void leave(spool__scache *c, held h) {
     atomic_store_explicit(&c->inside, 0, memory_order_release);
   } else {
     count_streak(c);
-    unlock(c);
+    front_unlock(c);
   }
 }
 
@@ -98,7 +90,7 @@ static inline cudaStream_t key_of(cudaStream_t s) { return s == cudaStreamLegacy
 
 
 static inline uint64_t thread_of(cudaStream_t key) {
-  return key == cudaStreamPerThread ? my_thread() : 0;
+  return key == cudaStreamPerThread ? spool__thread_id() : 0;
 }
 
 /* Under the pool's lock: the front of stream key used by thread (0: any thread), or NULL. */

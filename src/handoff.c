@@ -21,6 +21,7 @@
  * takes the event's state when it is called, so the event may be recorded again at once; the
  * hand-off lock keeps each record-and-wait pair together. */
 #include "capture.h"
+#include "trace_format.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -146,6 +147,10 @@ spool_status spool_record_stream(spool_pool *pool, void *ptr, cudaStream_t other
   s = add_stream(h, (uintptr_t)ptr, other, ctx);
   if (s == SPOOL_OK) atomic_store(&pool->handoff_any, true);
   pthread_mutex_unlock(&h->lock);
+  if (s == SPOOL_OK && pool->trace) {
+    spool__trace_ev ev = {.kind = SPOOL_TRACE_RECORD_STREAM, .ptr = ptr, .stream = other};
+    spool__trace_event(pool, &ev);
+  }
   return s;
 }
 

@@ -32,6 +32,7 @@
  * The heap is under the pool's lock. */
 #include "capture.h"
 #include "front.h"
+#include "trace_format.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -226,11 +227,11 @@ static spool_status hit_poisoned(spool_pool *p, spool__scache *c, spool__buffer 
   uintptr_t u = b->ptr;
   unsigned cls = b->cls;
   spool_status s = poison_new(p, (void *)u, size, stream);
-  lock(c);
+  front_lock(c);
   b = spool__table_lookup(&c->blocks, u);
   if (s == SPOOL_OK) take_hit(p, c, b, size, stream, site);
   else (void)bin_push(c, cls, u);
-  unlock(c);
+  front_unlock(c);
   return s;
 }
 
@@ -276,13 +277,13 @@ static spool_status adopt_locked(spool_pool *p, spool__scache *c, spool__block *
                                  cudaStream_t stream, const spool__site *site) {
   spool__buffer b = {.ptr = blk->addr, .bytes = blk->bytes, .blk = blk};
   spool__grave_forget(&p->graves, b.ptr); /* the address is live again */
-  lock(c);
+  front_lock(c);
   spool_status s = spool__table_insert(&c->blocks, &b);
   if (s == SPOOL_OK) {
     c->c.misses++;
     make_live(p, c, spool__table_lookup(&c->blocks, b.ptr), size, stream, site);
   }
-  unlock(c);
+  front_unlock(c);
   if (s != SPOOL_OK) spool__heap_release(p, &c->pend, blk);
   return s;
 }
@@ -363,8 +364,9 @@ static bool front_alloc(spool_pool *p, void **ptr, size_t size, cudaStream_t str
   if (b && *s == SPOOL_OK) *ptr = (void *)u;
   return true;
 }
-spool_status spool__alloc_site(spool_pool *pool, void **ptr, size_t size, cudaStream_t stream,
-                               const spool__site *site) {
+/* Forced inline: spool__alloc_site's untraced path runs it without a call of its own. */
+static SPOOL__INLINE spool_status alloc_site(spool_pool *pool, void **ptr, size_t size,
+                                             cudaStream_t stream, const spool__site *site) {
   if (ptr) *ptr = NULL;
   if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", ALLOC);
   if (!ptr) return spool__fail(SPOOL_ERR_INVALID, "%s: ptr is NULL", ALLOC);
@@ -406,6 +408,25 @@ spool_status spool__alloc_site(spool_pool *pool, void **ptr, size_t size, cudaSt
   }
   *ptr = p;
   return SPOOL_OK;
+}
+
+/* The allocation and its trace record (trace.c). The capture query costs a driver call, paid
+ * only while tracing. */
+static SPOOL__NOINLINE spool_status alloc_traced(spool_pool *pool, void **ptr, size_t size,
+                                                 cudaStream_t stream, const spool__site *site) {
+  spool_status s = alloc_site(pool, ptr, size, stream, site);
+  if (!ptr || size == 0) return s;
+  spool__trace_ev ev = {.kind = SPOOL_TRACE_ALLOC, .status = s, .ptr = *ptr, .size = size,
+                        .stream = stream, .site = site, .aux = site->batch};
+  if (spool__capturing_quiet(stream, false)) ev.flags = SPOOL_TRACE_CAPTURING;
+  spool__trace_event(pool, &ev);
+  return s;
+}
+
+spool_status spool__alloc_site(spool_pool *pool, void **ptr, size_t size, cudaStream_t stream,
+                               const spool__site *site) {
+  if (pool && SPOOL__UNLIKELY(pool->trace)) return alloc_traced(pool, ptr, size, stream, site);
+  return alloc_site(pool, ptr, size, stream, site);
 }
 
 spool_status spool_alloc(spool_pool *pool, void **ptr, size_t size, cudaStream_t stream) {
@@ -510,10 +531,10 @@ static void quarantine_in(spool_pool *p, spool__scache *c, spool__buffer *b, cud
   leave(c, h);
   if (!n) return;
   if (!pool_locked) pthread_mutex_lock(&p->lock);
-  lock(c);
+  front_lock(c);
   for (unsigned i = 0; i < n; i++) spool__quar_release(p, c, out[i]);
   spool__heap_stream_op(p, &c->pend, stream);
-  unlock(c);
+  front_unlock(c);
   if (!pool_locked) pthread_mutex_unlock(&p->lock);
 }
 
@@ -608,7 +629,7 @@ static spool__free_result take_from_other(spool_pool *p, const spool__scache *se
   spool__free_result r = SPOOL__FREE_PASS;
   for (spool__scache *c = p->caches; c && r == SPOOL__FREE_PASS; c = c->next) {
     if (c == self) continue;
-    lock(c);
+    front_lock(c);
     spool__buffer *b = spool__table_lookup(&c->blocks, u);
     if (b && b->state == SPOOL__CACHED) {
       *out = *b;
@@ -620,7 +641,7 @@ static spool__free_result take_from_other(spool_pool *p, const spool__scache *se
       after_op(p, c);
       r = SPOOL__FREE_DONE;
     }
-    unlock(c);
+    front_unlock(c);
   }
   return r;
 }
@@ -640,7 +661,7 @@ static spool__free_result free_moved(spool_pool *p, void *ptr, cudaStream_t stre
   spool__free_result r = take_from_other(p, c, (uintptr_t)ptr, &b);
   if (r == SPOOL__FREE_CACHED) *dead = b;
   if (r == SPOOL__FREE_DONE) {
-    lock(c);
+    front_lock(c);
     *s = spool__table_insert(&c->blocks, &b);
     if (*s == SPOOL_OK) {
       c->c.bytes_in_use += b.size;
@@ -651,7 +672,7 @@ static spool__free_result free_moved(spool_pool *p, void *ptr, cudaStream_t stre
       /* No host memory to keep the record: the block goes into the heap without it. */
       if (spool__nvtx_on(p)) spool__nvtx_release_slow(p, c->stream, b.ptr, b.size);
       c->c.frees++;
-      unlock(c);
+      front_unlock(c);
       b.died = *site;
       spool__front_bury(p, c, &b);
       *s = SPOOL_OK;
@@ -842,18 +863,33 @@ static SPOOL__NOINLINE spool_status free_aligned(spool_pool *pool, void *ptr, cu
   return s;
 }
 
-/* Every free: spool_free's, spool_free_after's (event), a scope's, a batch's. */
-static inline spool_status free_any(spool_pool *pool, void *ptr, cudaStream_t stream,
+/* Every free: spool_free's, spool_free_after's (event), a scope's, a batch's. Forced inline, as
+ * alloc_site is. */
+static SPOOL__INLINE spool_status free_any(spool_pool *pool, void *ptr, cudaStream_t stream,
                                     cudaEvent_t event, const spool__site *site, const char *ctx) {
   if (atomic_load_explicit(&pool->aligned_live, memory_order_relaxed))
     return free_aligned(pool, ptr, stream, event, site, ctx);
   return free_start(pool, ptr, stream, event, site, ctx);
 }
 
+/* The free and its trace record, numbered before the free (see spool__trace_ev). */
+static SPOOL__NOINLINE spool_status free_traced(spool_pool *pool, void *ptr, cudaStream_t stream,
+                                                cudaEvent_t event, const spool__site *site,
+                                                const char *ctx) {
+  spool__trace_ev ev = {.kind = SPOOL_TRACE_FREE, .seq = spool__trace_seq(pool), .ptr = ptr,
+                        .stream = stream, .site = site};
+  if (event) ev.flags = SPOOL_TRACE_AFTER;
+  else if (spool__capturing_quiet(stream, false)) ev.flags = SPOOL_TRACE_CAPTURING;
+  ev.status = free_any(pool, ptr, stream, event, site, ctx);
+  spool__trace_event(pool, &ev);
+  return ev.status;
+}
+
 spool_status spool__free_site(spool_pool *pool, void *ptr, cudaStream_t stream,
                               const spool__site *site) {
   if (!pool) return spool__fail(SPOOL_ERR_INVALID, "%s: pool is NULL", FREE);
   if (!ptr) return SPOOL_OK;
+  if (SPOOL__UNLIKELY(pool->trace)) return free_traced(pool, ptr, stream, NULL, site, FREE);
   return free_any(pool, ptr, stream, NULL, site, FREE);
 }
 
@@ -875,5 +911,6 @@ spool_status spool_free_after(spool_pool *pool, void *ptr, cudaStream_t stream,
   if (!event) return spool__fail(SPOOL_ERR_INVALID, "%s: event is NULL", ctx);
   if (!ptr) return SPOOL_OK;
   static const spool__site site = {"spool_free_after", NULL, 0, 0};
+  if (SPOOL__UNLIKELY(pool->trace)) return free_traced(pool, ptr, stream, event, &site, ctx);
   return free_any(pool, ptr, stream, event, &site, ctx);
 }

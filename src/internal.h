@@ -14,7 +14,9 @@
 #define SPOOL__PRINTF(f, a) __attribute__((format(printf, f, a)))
 #define SPOOL__NOINLINE __attribute__((noinline))
 #define SPOOL__INLINE inline __attribute__((always_inline))
+#define SPOOL__UNLIKELY(x) __builtin_expect(!!(x), 0)
 #else
+#define SPOOL__UNLIKELY(x) (x)
 #define SPOOL__INLINE inline
 #define SPOOL__PRINTF(f, a)
 #define SPOOL__NOINLINE
@@ -386,6 +388,7 @@ struct spool_pool {
   cudaMemPool_t handle;
   int device;
   bool owned;            /* created by spool: destroyed by spool */
+  struct spool__trace *trace; /* recording (trace.c); NULL: off, the hot path's one test */
   spool_config cfg;
   pthread_mutex_t lock;  /* guards live, graves, counters and the oom handler */
   spool__table live;
@@ -470,6 +473,43 @@ bool spool__device_meminfo_quiet(int device, size_t *free_bytes, size_t *total_b
 spool_status spool__alloc_after_oom(spool_pool *pool, void **out, size_t size, size_t asked,
                                     cudaStream_t stream);
 
+/* ---- trace.c: the trace file (trace_format.h, docs/trace.md) ------------------------------ */
+
+typedef struct spool__trace spool__trace;
+
+/* One event as the recording call site knows it. seq 0: numbered when recorded; a free takes
+ * its number before it frees (spool__trace_seq), so that an allocation handed the same address
+ * by another thread always comes after it in the trace. */
+typedef struct spool__trace_ev {
+  uint8_t kind, flags; /* spool_trace_kind, SPOOL_TRACE_CAPTURING ... */
+  spool_status status;
+  uint32_t aux;
+  uint64_t seq;
+  const void *ptr;
+  uint64_t size;
+  cudaStream_t stream;
+  const spool__site *site; /* NULL: none */
+} spool__trace_ev;
+
+/* At create: opens cfg.trace (else SPOOL_TRACE; %p: process id, %n: pool number) and writes the
+ * header, setting pool->trace; nothing when neither names a file. SPOOL_ERR_CONFIG naming the
+ * path when it cannot be written. */
+spool_status spool__trace_open(spool_pool *pool, const char *ctx);
+/* Writes every block and closes the file (pool->trace becomes NULL). */
+void spool__trace_close(spool_pool *pool);
+/* Only with pool->trace set. The next event number; records ev into this thread's block (a
+ * full block is written at once); writes every thread's block. Never fails the caller: an
+ * event without host memory goes unrecorded, a failed write ends the trace with a message. */
+uint64_t spool__trace_seq(spool_pool *pool);
+SPOOL__NOINLINE void spool__trace_event(spool_pool *pool, const spool__trace_ev *ev);
+void spool__trace_flush(spool_pool *pool);
+/* A chunk the heap took from the pool or gave back (under the pool's lock). */
+SPOOL__NOINLINE void spool__trace_chunk(spool_pool *pool, int kind, uintptr_t addr,
+                                        uint64_t bytes, cudaStream_t stream);
+/* An event at a flush point (trim, stream release, destroy), then the flush. */
+SPOOL__NOINLINE void spool__trace_point(spool_pool *pool, int kind, spool_status s,
+                                        uint64_t size, cudaStream_t stream);
+
 /* ---- leaks.c: the leak report ------------------------------------------------------------- */
 
 /* Writes the leak report of pool to out (the pool's lock must not be held). */
@@ -538,6 +578,15 @@ bool spool__barrier_available(void);
 /* A full memory barrier on every CPU running a thread of this process; false if it failed
  * (then the caller must not rely on it). Only after spool__barrier_available said true. */
 bool spool__barrier_all(void);
+
+/* This thread's number in the process: never reused and never 0 (a thread-local's address would
+ * be reused, by the next thread given the same stack). */
+extern _Thread_local uint64_t spool__thread_no;
+uint64_t spool__thread_new(void);
+static inline uint64_t spool__thread_id(void) {
+  uint64_t n = spool__thread_no;
+  return n ? n : spool__thread_new();
+}
 
 /* ---- heap.c ---------------------------------------------------------------------------------- */
 

@@ -3,6 +3,7 @@
  * Every step that can fail is undone on failure, so a failed create leaves nothing behind: an
  * own pool is destroyed, an adopted pool gets its old settings back. */
 #include "internal.h"
+#include "trace_format.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -275,6 +276,7 @@ static spool_pool *pool_new(const spool_config *cfg, cudaMemPool_t handle, bool 
 }
 
 static void pool_free(spool_pool *p) {
+  spool__trace_close(p);
   spool__table_free(&p->live);
   spool__table_free(&p->aligned);
   spool__grave_free(&p->graves);
@@ -360,6 +362,13 @@ static spool_status open_pool(spool_pool **pool, const spool_config *cfg, cudaMe
     if (err != cudaSuccess) spool__also_failed(s, err, "destroying the new pool");
     return s;
   }
+  s = spool__trace_open(p, ctx);
+  if (s != SPOOL_OK) {
+    cudaError_t err = owned ? cudaMemPoolDestroy(handle) : cudaSuccess;
+    if (err != cudaSuccess) spool__also_failed(s, err, "destroying the new pool");
+    pool_free(p);
+    return s;
+  }
   s = configure(p, ctx);
   if (s != SPOOL_OK) return s;
   spool__registry_add(p);
@@ -396,6 +405,16 @@ static spool_status later_failure(spool_status s, spool_status later) {
   return later;
 }
 
+/* The trace's last record, before the leak sweep: the peak and what is still live. */
+static void trace_end(spool_pool *pool) {
+  uint64_t live_bytes = 0, live_buffers = 0;
+  spool__live_totals(pool, &live_bytes, &live_buffers);
+  spool__trace_ev end = {.kind = SPOOL_TRACE_END, .size = atomic_load(&pool->peak_bytes),
+                         .aux = (uint32_t)(live_buffers > UINT32_MAX ? UINT32_MAX
+                                                                     : live_buffers)};
+  spool__trace_event(pool, &end);
+}
+
 spool_status spool_pool_destroy(spool_pool *pool) {
   if (!pool) return SPOOL_OK;
   /* A second destroy finds the pointer in no list: a status instead of a use after free (as
@@ -403,6 +422,7 @@ spool_status spool_pool_destroy(spool_pool *pool) {
   if (!spool__registry_remove(pool))
     return spool__fail(SPOOL_ERR_INVALID, "spool_pool_destroy: %p is not a live pool (destroyed "
                        "already?); nothing done", (void *)pool);
+  if (pool->trace) trace_end(pool);
   spool_status s = spool__free_leaks(pool);
   s = later_failure(s, spool__cache_destroy(pool, s == SPOOL_OK || s == SPOOL_ERR_LEAKS));
   /* scope objects (their chunks were leaks, freed above) and the hand-off stream, after the

@@ -25,6 +25,7 @@
  * Locks: the scopes' lock (begin, end, the open list) is never held while calling spool_alloc
  * or spool_free; a scope's own lock is, which is fine since nothing takes it from inside. */
 #include "capture.h"
+#include "trace_format.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -67,16 +68,6 @@ typedef struct spool__scopes {
   size_t nfree;
   uint64_t begun;
 } spool__scopes;
-
-/* A number per thread, never reused: a thread-local's address would be, by the next thread
- * given the same stack, which would then nest under scopes a dead thread left open. */
-static _Thread_local uint64_t thread_no;
-static atomic_uint_fast64_t threads_seen;
-
-static uint64_t my_thread(void) {
-  if (thread_no == 0) thread_no = atomic_fetch_add(&threads_seen, 1) + 1;
-  return thread_no;
-}
 
 /* ---- the pool's scope state ---------------------------------------------------------------- */
 
@@ -123,6 +114,14 @@ static spool_scope *innermost(spool__scopes *ss, cudaStream_t stream, uint64_t t
   return NULL;
 }
 
+/* Its chunks' allocations and frees are in the trace already; these say where it began and
+ * ended. */
+static void trace_scope(const spool_scope *sc, int kind) {
+  spool__trace_ev ev = {.kind = (uint8_t)kind, .ptr = sc, .stream = sc->stream,
+                        .aux = (uint32_t)sc->number};
+  spool__trace_event(sc->pool, &ev);
+}
+
 /* ---- begin --------------------------------------------------------------------------------- */
 
 spool_status spool_scope_begin(spool_pool *pool, cudaStream_t stream, spool_scope **scope) {
@@ -140,7 +139,7 @@ spool_status spool_scope_begin(spool_pool *pool, cudaStream_t stream, spool_scop
   if (sc) {
     sc->pool = pool;
     sc->stream = stream;
-    sc->thread = my_thread();
+    sc->thread = spool__thread_id();
     sc->capturing = capturing;
     sc->number = ++ss->begun;
     sc->nchunks = 0;
@@ -155,6 +154,7 @@ spool_status spool_scope_begin(spool_pool *pool, cudaStream_t stream, spool_scop
   pthread_mutex_unlock(&ss->lock);
   if (!sc) return spool__fail(SPOOL_ERR_HOST_OOM, "%s: no host memory for a scope", ctx);
   *scope = sc;
+  if (pool->trace) trace_scope(sc, SPOOL_TRACE_SCOPE_BEGIN);
   return SPOOL_OK;
 }
 
@@ -321,6 +321,7 @@ spool_status spool_scope_end(spool_scope *sc) {
   }
   pthread_mutex_unlock(&sc->lock);
   if (s != SPOOL_OK) return s;
+  if (sc->pool->trace) trace_scope(sc, SPOOL_TRACE_SCOPE_END);
   pthread_mutex_lock(&ss->lock);
   retire(ss, sc);
   pthread_mutex_unlock(&ss->lock);

@@ -534,7 +534,7 @@ START_TEST(test_error_unknown_key) {
   /* nothing close: the message lists the keys */
   parse_fails("colour=blue", "config line 1: unknown key 'colour' (valid keys: device, ",
               "release_threshold", "oom_retries, poison, quarantine, cache, front_limit, heap_max_block, "
-              "chunk_idle, fence_every, capture_check, cache_owner, ipc, nvtx)");
+              "chunk_idle, fence_every, capture_check, cache_owner, ipc, nvtx, trace)");
   parse_fails("dev=1", "unknown key 'dev' (valid keys:", NULL, NULL);
   /* keys are case-sensitive, and a long key is cut in the message */
   parse_fails("DEVICE=1", "did you mean 'device'?", NULL, NULL);
@@ -978,6 +978,15 @@ START_TEST(test_validate) {
   validate_fails(&cfg, "config: report holds a line break at byte 6", NULL);
   strcpy(cfg.report, " /tmp/a,b#c[ ");
   ck_assert_int_eq(spool_config_validate(&cfg), SPOOL_OK);
+  /* trace: the same rules, named as trace */
+  memset(cfg.trace, 't', sizeof cfg.trace);
+  validate_fails(&cfg, "config: trace has no terminating NUL within its 1024 bytes", NULL);
+  strcpy(cfg.trace, "/tmp/t\nx");
+  validate_fails(&cfg, "config: trace holds a line break at byte 6", NULL);
+  ck_assert_int_eq(spool_config_parse(&cfg, "trace=\"/tmp/run %p, %n.sptr\""), SPOOL_OK);
+  ck_assert_str_eq(cfg.trace, "/tmp/run %p, %n.sptr");
+  ck_assert_int_eq(spool_config_validate(&cfg), SPOOL_OK);
+  round_trip(&cfg);
   cfg.poison = true;
   ck_assert_int_eq(spool_config_validate(&cfg), SPOOL_OK);
 }
@@ -1028,7 +1037,8 @@ START_TEST(test_format_defaults) {
                                "capture_check=on\n"
                                "cache_owner=on\n"
                                "ipc=none\n"
-                               "nvtx=on\n";
+                               "nvtx=on\n"
+                               "trace=\"\"\n";
   char buf[1024];
   spool_config cfg;
   spool_config_init(&cfg);
@@ -1125,7 +1135,7 @@ START_TEST(test_format_too_small) {
   spool_config_init(&cfg);
   memset(buf, 'x', sizeof buf);
   ck_assert_int_eq(spool_config_format(&cfg, buf, sizeof buf), SPOOL_ERR_INVALID);
-  ck_assert_ptr_nonnull(strstr(spool_last_error(), "buf has 32 bytes, the text needs 377"));
+  ck_assert_ptr_nonnull(strstr(spool_last_error(), "buf has 32 bytes, the text needs 386"));
   ck_assert_int_eq(buf[0], 'x'); /* untouched on failure */
   ck_assert_int_eq(spool_config_format(&cfg, buf, 0), SPOOL_ERR_INVALID);
 }

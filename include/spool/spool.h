@@ -201,6 +201,9 @@ typedef struct spool_config {
                                        write past a buffer as they do for cudaMallocAsync.
                                        Default on: with no tool attached it costs one branch;
                                        off skips even that. */
+  char trace[SPOOL_REPORT_PATH_MAX]; /* file the pool records its calls to (docs/trace.md),
+                                       %p: the process id, %n: the pool's number; "" (default):
+                                       the SPOOL_TRACE environment variable, else no trace */
 } spool_config;
 
 /* Defaults: 1 MiB of ready blocks per stream keeps a stream's repeated small sizes on the hit
@@ -411,6 +414,14 @@ SPOOL_EXPORT spool_status spool_free_at(spool_pool *pool, void *ptr, cudaStream_
  * spool_pool_destroy after a device synchronize). Thread safe, but no other thread may use
  * stream with the pool meanwhile. */
 SPOOL_EXPORT spool_status spool_stream_release(spool_pool *pool, cudaStream_t stream);
+
+/* With a trace (config key `trace`, or SPOOL_TRACE): records a flush event and writes every
+ * thread's partly filled block to the trace file, so that the file holds everything recorded
+ * so far (full blocks are written as they fill; spool_trim, spool_stream_release and
+ * spool_pool_destroy flush too). No CUDA calls. Without a trace: nothing. Returns SPOOL_OK;
+ * SPOOL_ERR_INVALID (pool NULL). A failed write is reported once on stderr and ends the trace;
+ * the pool goes on. Thread safe. */
+SPOOL_EXPORT spool_status spool_trace_flush(spool_pool *pool);
 
 /* Called when an allocation still fails after the pool gave back what it could and retried
  * oom_retries times: free memory (or decide to do without) and return nonzero to have the

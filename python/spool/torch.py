@@ -55,6 +55,11 @@ def install(conf=None, lib=None):
     variable; the config's `device` is ignored (every device gets its own pool). lib: the path
     of libspool_torch.so (default: see library_path()).
 
+    To record what PyTorch asks of spool, put the trace key in conf (or set SPOOL_TRACE):
+    install(conf="trace=/tmp/torch-%n.sptr") writes one trace per device's pool (%n: the pool's
+    number), written as its blocks fill, at torch.cuda.empty_cache() and at exit; spool-trace,
+    spool-replay and spool-advise read it (docs/trace.md).
+
     Call it before anything initializes CUDA in PyTorch (the first CUDA tensor, .cuda(),
     torch.cuda.init(), ...): PyTorch's allocator cannot be replaced after that, and install()
     raises RuntimeError saying so. A second call with the same conf (and lib) does nothing; with

@@ -1,0 +1,221 @@
+/* Each setting comes from one figure of the trace:
+ *  - reserve: the live bytes the program does not go below (the median of the periods' lows),
+ *    which a pool made with that much ready never has to grow for;
+ *  - release_threshold: the highest peak that comes back (the second-highest peak of the
+ *    trace's periods), of the live bytes or, where the trace has them, of the heap's chunks
+ *    (what the pool must hold for it), so that a synchronize keeps what the next period needs
+ *    and gives back a peak that happened once;
+ *  - front_limit: the most bytes of small buffers (up to 1 MiB) one stream held at once, so
+ *    that a front holds a repeat of all of them;
+ *  - chunk_idle: the allocations in a period, so that an all-free chunk waits for the next;
+ *  - max_size: the advice's own peak reserved in a replay, plus a quarter.
+ * Periods end at the trace's synchronize points (stream releases, trims, flushes) when there
+ * are a few, else the trace is cut into 16 equal parts. */
+#include "advise.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <spool/spool.h>
+
+#include "tool_text.h"
+#include "u64map.h"
+
+#define GRAIN ((uint64_t)2 << 20) /* the pool reserves in 2 MiB steps */
+#define SMALL ((uint64_t)1 << 20) /* what the fronts are for */
+#define CUTS 16
+#define FRONT_MAX ((uint64_t)64 << 20)
+
+static uint64_t round_up(uint64_t n, uint64_t g) { return (n + g - 1) / g * g; }
+static uint64_t round_down(uint64_t n, uint64_t g) { return n / g * g; }
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+typedef struct walk {
+  uint64_t *lows, *peaks; /* each period's lowest and highest live bytes */
+  uint64_t *held;         /* each period's highest bytes in the heap's chunks */
+  size_t nperiods;
+  uint64_t nallocs, allocs_per_period_max, front_peak;
+  uint64_t live_bytes, chunk_bytes, in_period;
+  u64map live;  /* ptr -> index of its allocation */
+  u64map small; /* stream + 1 -> its live bytes in buffers up to SMALL */
+} walk;
+
+static bool is_sync(const tf_event *e) {
+  return e->kind == SPOOL_TRACE_STREAM_RELEASE || e->kind == SPOOL_TRACE_TRIM ||
+         e->kind == SPOOL_TRACE_FLUSH;
+}
+
+/* Live bytes of small buffers per stream (the stream each was allocated on), at their peak. */
+static void small_live(walk *w, const tf_event *a, int64_t delta) {
+  uint64_t now = 0;
+  uint64_t key = a->stream + 1; /* the map's keys are never 0 */
+  (void)u64map_get(&w->small, key, &now);
+  now = (uint64_t)((int64_t)now + delta);
+  (void)u64map_put(&w->small, key, now);
+  if (now > w->front_peak) w->front_peak = now;
+}
+
+/* Event i's change of the live bytes and the chunks. */
+static void step(const tf_trace *t, size_t i, walk *w) {
+  const tf_event *e = &t->ev[i];
+  uint64_t at;
+  if (e->kind == SPOOL_TRACE_ALLOC && e->status == SPOOL_OK) {
+    (void)u64map_put(&w->live, e->ptr, i);
+    w->live_bytes += e->size;
+    if (e->size <= SMALL) small_live(w, e, (int64_t)e->size);
+    w->nallocs++;
+    if (++w->in_period > w->allocs_per_period_max) w->allocs_per_period_max = w->in_period;
+  } else if (e->kind == SPOOL_TRACE_FREE && e->status == SPOOL_OK &&
+             u64map_get(&w->live, e->ptr, &at)) {
+    const tf_event *a = &t->ev[at];
+    u64map_del(&w->live, e->ptr);
+    w->live_bytes -= a->size;
+    if (a->size <= SMALL) small_live(w, a, -(int64_t)a->size);
+  } else if (e->kind == SPOOL_TRACE_CHUNK_ALLOC) {
+    w->chunk_bytes += e->size;
+  } else if (e->kind == SPOOL_TRACE_CHUNK_FREE) {
+    w->chunk_bytes -= e->size < w->chunk_bytes ? e->size : w->chunk_bytes;
+  }
+}
+
+static int walk_trace(const tf_trace *t, walk *w, char err[TF_ERR]) {
+  size_t syncs = 0;
+  for (size_t i = 0; i < t->n; i++) syncs += is_sync(&t->ev[i]);
+  bool by_sync = syncs >= 3;
+  size_t cuts = t->n < CUTS ? t->n : CUTS, periods = (by_sync ? syncs : cuts) + 1;
+  w->lows = malloc(periods * sizeof *w->lows);
+  w->peaks = calloc(periods, sizeof *w->peaks);
+  w->held = calloc(periods, sizeof *w->held);
+  if (!w->lows || !w->peaks || !w->held) return snprintf(err, TF_ERR, "no memory"), -1;
+  for (size_t p = 0; p < periods; p++) w->lows[p] = UINT64_MAX;
+  for (size_t i = 0; i < t->n; i++) {
+    size_t period = by_sync ? w->nperiods : i * cuts / t->n;
+    if (by_sync && is_sync(&t->ev[i])) {
+      w->nperiods++;
+      w->in_period = 0;
+    }
+    step(t, i, w);
+    if (w->live_bytes > w->peaks[period]) w->peaks[period] = w->live_bytes;
+    if (w->live_bytes < w->lows[period]) w->lows[period] = w->live_bytes;
+    if (w->chunk_bytes > w->held[period]) w->held[period] = w->chunk_bytes;
+  }
+  w->nperiods = by_sync ? w->nperiods + 1 : cuts;
+  return 0;
+}
+
+static void add(ad_advice *a, const char *key, uint64_t value, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void add(ad_advice *a, const char *key, uint64_t value, const char *fmt, ...) {
+  ad_key *k = &a->keys[a->n++];
+  k->key = key;
+  k->value = value;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(k->why, sizeof k->why, fmt, ap);
+  va_end(ap);
+}
+
+/* A size as config text: the largest binary unit it is a whole number of. */
+static void size_value(uint64_t n, char out[32]) {
+  static const char *const units[] = {"", "KiB", "MiB", "GiB", "TiB"};
+  unsigned u = 0;
+  while (u < 4 && n && n % 1024 == 0) n /= 1024, u++;
+  snprintf(out, 32, "%" PRIu64 "%s", n, units[u]);
+}
+
+static void config_text(ad_advice *a) {
+  size_t at = 0;
+  a->config[0] = '\0';
+  for (int i = 0; i < a->n && at < sizeof a->config; i++) {
+    ad_key *k = &a->keys[i];
+    if (strcmp(k->key, "chunk_idle") == 0) snprintf(k->text, sizeof k->text, "%" PRIu64,
+                                                    k->value);
+    else size_value(k->value, k->text);
+    at += (size_t)snprintf(a->config + at, sizeof a->config - at, "%s%s=%s", i ? ", " : "",
+                           k->key, k->text);
+  }
+}
+
+int ad_recommend(const tf_trace *t, ad_advice *a, char err[TF_ERR]) {
+  memset(a, 0, sizeof *a);
+  walk w = {0};
+  int rc = walk_trace(t, &w, err);
+  if (rc == 0 && w.nallocs == 0) {
+    snprintf(err, TF_ERR, "no successful allocations to judge");
+    rc = -1;
+  }
+  if (rc == 0) {
+    char s1[32], s2[32];
+    qsort(w.lows, w.nperiods, sizeof *w.lows, cmp_u64);
+    uint64_t floor = w.lows[w.nperiods / 2];
+    uint64_t reserve = round_down(floor, GRAIN);
+    qsort(w.peaks, w.nperiods, sizeof *w.peaks, cmp_u64);
+    qsort(w.held, w.nperiods, sizeof *w.held, cmp_u64);
+    a->periods = w.nperiods;
+    a->one_off_peak = w.peaks[w.nperiods - 1];
+    a->recurring_peak = w.nperiods > 1 ? w.peaks[w.nperiods - 2] : a->one_off_peak;
+    a->recurring_held = w.nperiods > 1 ? w.held[w.nperiods - 2] : w.held[w.nperiods - 1];
+    uint64_t need = a->recurring_held > a->recurring_peak ? a->recurring_held
+                                                          : a->recurring_peak;
+    uint64_t threshold = round_up(need, GRAIN);
+    if (threshold < reserve) threshold = reserve;
+    bool once = a->one_off_peak > a->recurring_peak;
+    char s3[32], held[64] = "", highest[64] = "";
+    if (a->recurring_held)
+      snprintf(held, sizeof held, ", %s in the heap's chunks",
+               tool_size_text(a->recurring_held, s3));
+    if (once)
+      snprintf(highest, sizeof highest, " (the highest live, %s, came once)",
+               tool_size_text(a->one_off_peak, s2));
+    add(a, "release_threshold", threshold, "the highest peak that recurs across the trace's %"
+        PRIu64 " periods is %s live%s%s: a synchronize keeps that much for the next period%s",
+        a->periods, tool_size_text(a->recurring_peak, s1), held, highest,
+        once ? " and gives the rest back" : "");
+    if (reserve)
+      add(a, "reserve", reserve, "in half of the periods the live bytes never fell below %s: "
+          "a pool created with that much ready (in 2 MiB steps) never grows for it",
+          tool_size_text(floor, s1));
+    else
+      add(a, "reserve", 0, "in half of the periods the live bytes fell to %s, under the pool's "
+          "2 MiB step: there is no lasting working set to reserve", tool_size_text(floor, s1));
+    uint64_t front = SMALL;
+    while (front < w.front_peak && front < FRONT_MAX) front *= 2;
+    add(a, "front_limit", front, "one stream held at most %s of buffers of 1 MiB or less at "
+        "once: a front of %s keeps a repeat of all of them a hit",
+        tool_size_text(w.front_peak, s1), tool_size_text(front, s2));
+    uint64_t idle = w.allocs_per_period_max < 256 ? 256 : w.allocs_per_period_max;
+    if (idle > 1000000) idle = 1000000;
+    add(a, "chunk_idle", idle, "a period makes up to %" PRIu64 " allocations: an all-free "
+        "chunk waits that long for the next period before it goes back to the pool",
+        w.allocs_per_period_max);
+    config_text(a);
+  }
+  free(w.lows);
+  free(w.peaks);
+  free(w.held);
+  u64map_free(&w.live);
+  u64map_free(&w.small);
+  return rc;
+}
+
+int ad_prove(const tf_trace *t, int device, ad_advice *a, rp_result *defaults,
+             rp_result *advised, char err[TF_ERR]) {
+  if (rp_run(t, "", device, defaults, err) != 0) return -1;
+  if (rp_run(t, a->config, device, advised, err) != 0) return -1;
+  char s1[32];
+  uint64_t max = round_up(advised->peak_reserved + advised->peak_reserved / 4, GRAIN);
+  uint64_t threshold = a->keys[0].value;
+  if (max < threshold) max = round_up(threshold, GRAIN); /* what a synchronize keeps fits */
+  add(a, "max_size", max, "the advice's replay reserved at most %s: a quarter more leaves "
+      "room, and beyond it an allocation fails instead of taking other processes' memory",
+      tool_size_text(advised->peak_reserved, s1));
+  config_text(a);
+  return rp_run(t, a->config, device, advised, err);
+}
