@@ -66,7 +66,7 @@ spool_status spool__stream_capturing_slow(cudaStream_t stream, bool *capturing,
   return SPOOL_OK;
 }
 
-/* ---- issue 5: pool administration next to other threads' captures ------------------------- */
+/* ---- pool administration next to other threads' captures ------------------------- */
 
 bool spool__relaxed_enter(enum cudaStreamCaptureMode *old) {
   *old = cudaStreamCaptureModeRelaxed;

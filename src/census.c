@@ -291,12 +291,12 @@ spool_status spool_stream_release(spool_pool *pool, cudaStream_t stream) {
 
 spool_status spool_trim(spool_pool *pool, size_t keep_bytes) {
   if (!pool) return spool__fail(SPOOL_ERR_INVALID, "spool_trim: pool is NULL");
-  spool_status s = spool__ipc_trim_check(pool); /* issue 6: IPC pools never shrink */
+  spool_status s = spool__ipc_trim_check(pool); /* IPC pools never shrink */
   /* Cached blocks are in use as far as the pool knows: they go back first. */
   if (s == SPOOL_OK) s = spool__cache_flush_all(pool, "spool_trim");
   if (s != SPOOL_OK) return s;
   enum cudaStreamCaptureMode mode;
-  bool relaxed = spool__relaxed_enter(&mode); /* issue 5: other threads' captures */
+  bool relaxed = spool__relaxed_enter(&mode); /* other threads' captures */
   cudaError_t err = cudaMemPoolTrimTo(pool->handle, keep_bytes);
   spool__relaxed_leave(relaxed, mode);
   if (err != cudaSuccess) {

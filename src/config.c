@@ -427,7 +427,7 @@ static const spool__type spool__type_path = {
 
 static const char *const spool__pool_choices[] = {"own", "default", NULL}; /* by enum value */
 static const char *const spool__track_choices[] = {"off", "counts", "full", NULL};
-static const char *const spool__ipc_choices[] = {"none", "posix_fd", NULL}; /* issue 6 */
+static const char *const spool__ipc_choices[] = {"none", "posix_fd", NULL};
 
 /* offset and size of a field: two initializers of a row */
 #define SPOOL__AT(field) offsetof(spool_config, field), sizeof(((spool_config *)0)->field)
@@ -473,7 +473,7 @@ static const spool__key spool__keys[] = {
      "ask whether the stream is being captured before using the heap"},
     {"cache_owner", &spool__type_bool, SPOOL__AT(cache_owner), NULL,
      "a stream's front used by one thread takes no lock on that thread's path"},
-    {"ipc", &spool__type_choice, SPOOL__AT(ipc), spool__ipc_choices, /* issue 6 */
+    {"ipc", &spool__type_choice, SPOOL__AT(ipc), spool__ipc_choices,
      "none, or posix_fd: the pool can be shared with other processes"},
     {"nvtx", &spool__type_bool, SPOOL__AT(nvtx), NULL,
      "tell memory tools (compute-sanitizer) which parts of the heap are live buffers"},
@@ -708,7 +708,7 @@ void spool_config_init(spool_config *cfg) {
   cfg->quarantine = SPOOL_QUARANTINE_DEFAULT;
   cfg->capture_check = true;
   cfg->cache_owner = true;
-  cfg->ipc = SPOOL_IPC_NONE; /* issue 6 */
+  cfg->ipc = SPOOL_IPC_NONE;
   cfg->nvtx = true;
 }
 
@@ -934,7 +934,7 @@ spool_status spool_config_validate(const spool_config *cfg) {
   if (cfg->chunk_idle > SPOOL__CHUNK_IDLE_MAX)
     return spool__fail(SPOOL_ERR_CONFIG, "config: chunk_idle is %u (expected 0 to %d)",
                        cfg->chunk_idle, SPOOL__CHUNK_IDLE_MAX);
-  if ((st = spool__ipc_validate(cfg)) != SPOOL_OK) return st; /* issue 6 */
+  if ((st = spool__ipc_validate(cfg)) != SPOOL_OK) return st;
   /* max_size has no lower bound here: CUDA rounds it to its granularity, and any floor spool
    * picked would be a guess. Whether CUDA can honour it is spool_pool_create's question. */
   return SPOOL_OK;

@@ -130,7 +130,7 @@ static spool_status poison_freed(spool_pool *pool, void *ptr, size_t size,
 }
 
 /* Enters the new buffer in the table (unless track=off) and the counters; graph: it was
- * allocated during a capture (issue 5). */
+ * allocated during a capture. */
 static spool_status record(spool_pool *p, void *ptr, size_t size, cudaStream_t stream,
                            const spool__site *site, bool graph) {
   spool_status s = SPOOL_OK;
@@ -372,7 +372,7 @@ static SPOOL__INLINE spool_status alloc_site(spool_pool *pool, void **ptr, size_
   if (!ptr) return spool__fail(SPOOL_ERR_INVALID, "%s: ptr is NULL", ALLOC);
   if (size == 0) return SPOOL_OK;
 
-  /* issue 6: an imported pool, or a shareable one under capture (a flag test for others). The
+  /* an imported pool, or a shareable one under capture (a flag test for others). The
    * stream's device is checked by the cache once per stream, and below for the uncached path. */
   spool_status s = pool->imported || pool->cfg.ipc != SPOOL_IPC_NONE
                        ? spool__ipc_alloc_check(pool, stream)
@@ -792,7 +792,7 @@ static SPOOL__NOINLINE spool_status free_slow(spool_pool *pool, void *ptr, cudaS
   if (fr == SPOOL__FREE_PASS && pool->cfg.track != SPOOL_TRACK_OFF &&
       free_tracked(pool, ptr, stream, site, &s, &capturing))
     return s;
-  /* issue 5: a live buffer of another stream's cache, freed during a capture: never a graph
+  /* a live buffer of another stream's cache, freed during a capture: never a graph
    * allocation (those bypass the caches), so refused as the table's are. Moved into this
    * stream's cache instead, it would be handed out again before the graph ever ran. */
   if (capturing && fr == SPOOL__FREE_PASS && pool->cfg.cache &&

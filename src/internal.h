@@ -81,7 +81,7 @@ typedef struct spool__site {
   const char *file;
   const char *tag;
   int line;
-  uint32_t batch; /* issue 5: a batch's sub-buffer count (batch.c); 0 for a plain buffer. It
+  uint32_t batch; /* a batch's sub-buffer count (batch.c); 0 for a plain buffer. It
                      rides in the site, which every path copies into the record as it is. */
 } spool__site;
 
@@ -408,12 +408,12 @@ struct spool_pool {
   atomic_uint_fast64_t total_bytes, total_buffers;
   atomic_uint_fast64_t peak_bytes, peak_buffers;
   char pad_end[SPOOL__CACHE_LINE]; /* nor with whatever malloc puts after the pool */
-  /* issue 6 (ipc.c) */
+  /* ipc.c */
   bool imported;         /* made by spool_pool_import: CUDA allows no allocations from it; set
                             before the pool is handed out, read without the lock */
   uint64_t ipc_exports;  /* successful spool_pool_export calls; guarded by lock */
   uint64_t ipc_pointers; /* pointers exported (exporter) or imported (importer); guarded by lock */
-  /* issue 5 (scope.c, handoff.c): made on first use under the lock, freed at destroy */
+  /* scope.c, handoff.c: made on first use under the lock, freed at destroy */
   _Atomic(struct spool__scopes *) scopes;
   _Atomic(struct spool__handoff *) handoff;
   atomic_bool handoff_any; /* some buffer has recorded streams: frees look them up */
@@ -599,7 +599,7 @@ spool_status spool__record_alloc(spool_pool *pool, void *ptr, size_t size, cudaS
  * (calloc promises only 16 bytes). size must be a multiple of SPOOL__CACHE_LINE, as sizeof of
  * such a structure is. Freed with free(). NULL without memory. */
 void *spool__zalloc_aligned(size_t size);
-/* ---- issue 6: several devices and processes (devices.c, peer.c, ipc.c) ---------------------- */
+/* ---- several devices and processes (devices.c, peer.c, ipc.c) ---------------------- */
 
 /* device.c. The device of stream (for 0, cudaStreamLegacy and cudaStreamPerThread: the calling
  * thread's current device) must be the pool's: SPOOL_ERR_INVALID naming both otherwise. Where
@@ -637,7 +637,7 @@ spool_status spool__ipc_trim_check(const spool_pool *pool);
  * memory. */
 spool_pool *spool__pool_new(const spool_config *cfg, cudaMemPool_t handle, bool owned);
 
-/* ---- issue 5: batches, scopes, hand-off (batch.c, scope.c, handoff.c) --------------------- */
+/* ---- batches, scopes, hand-off (batch.c, scope.c, handoff.c) --------------------- */
 
 /* heap.c: spool_alloc with the caller's site (a batch passes its count in site->batch). */
 spool_status spool__alloc_site(spool_pool *pool, void **ptr, size_t size, cudaStream_t stream,

@@ -61,7 +61,7 @@ static void print_buffer(FILE *out, const spool__buffer *b, uint64_t now) {
   char size[SPOOL__SIZE_TEXT];
   fprintf(out, "    %p  %10s  stream %p  allocation #%" PRIu64, (void *)b->ptr,
           spool__format_size(b->size, size), (void *)b->stream, b->seq);
-  if (b->born.batch) fprintf(out, "  batch of %" PRIu32, b->born.batch); /* issue 5 */
+  if (b->born.batch) fprintf(out, "  batch of %" PRIu32, b->born.batch);
   if (b->born_ns && now >= b->born_ns)
     fprintf(out, "  age %.3f s", (double)(now - b->born_ns) / 1e9);
   fputc('\n', out);

@@ -32,7 +32,7 @@ static void give_back(spool_pool *p, bool synchronize) {
   /* What the caches hold is in use as far as the pool knows: it goes back first. */
   (void)spool__cache_flush_all(p, ALLOC);
   enum cudaStreamCaptureMode mode;
-  bool relaxed = spool__relaxed_enter(&mode); /* issue 5: other threads' captures */
+  bool relaxed = spool__relaxed_enter(&mode); /* other threads' captures */
   if (cudaMemPoolTrimTo(p->handle, 0) != cudaSuccess) spool__clear_cuda_error();
   spool__relaxed_leave(relaxed, mode);
   spool__registry_trim_device(p);
@@ -127,7 +127,7 @@ static spool_status describe(spool_pool *p, size_t asked, cudaStream_t stream, u
   uint64_t in_use = 0, buffers = 0;
   spool__live_totals(p, &in_use, &buffers);
   if (p->cfg.track != SPOOL_TRACK_OFF) spool__format_size(in_use, u); /* else not kept */
-  /* issue 5: pool attribute calls are prohibited during a global-mode capture */
+  /* pool attribute calls are prohibited during a global-mode capture */
   cudaError_t err = in_capture ? cudaErrorStreamCaptureUnsupported
                                : cudaMemPoolGetAttribute(p->handle,
                                                          cudaMemPoolAttrReservedMemCurrent,
@@ -153,7 +153,7 @@ spool_status spool__alloc_after_oom(spool_pool *pool, void **out, size_t size, s
                                     cudaStream_t stream) {
   spool_status s = SPOOL_ERR_OOM;
   unsigned tries = 0;
-  /* issue 5: during a capture nothing is given back: flushing the caches synchronizes the
+  /* during a capture nothing is given back: flushing the caches synchronizes the
    * device, and trims are pool calls that a global-mode capture prohibits (both would
    * invalidate it). The retries and the handler remain. */
   bool in_capture = spool__capturing_quiet(stream, true); /* unknown: as if captured */

@@ -37,7 +37,7 @@ static spool_status create_handle(const spool_config *cfg, cudaMemPool_t *out) {
   struct cudaMemPoolProps props;
   memset(&props, 0, sizeof props); /* reserved fields must be zero */
   props.allocType = cudaMemAllocationTypePinned;
-  props.handleTypes = spool__ipc_handle_types(cfg); /* issue 6: none unless ipc=posix_fd */
+  props.handleTypes = spool__ipc_handle_types(cfg); /* none unless ipc=posix_fd */
   props.location.type = cudaMemLocationTypeDevice;
   props.location.id = cfg->device;
 #if CUDART_VERSION >= 12020
@@ -338,7 +338,7 @@ static spool_status open_pool(spool_pool **pool, const spool_config *cfg, cudaMe
   if (s == SPOOL_OK) s = check_peers(cfg, ctx);
   if (s != SPOOL_OK) return s;
   bool owned = adopt == NULL && cfg->pool == SPOOL_POOL_OWN;
-  s = spool__ipc_check_create(cfg, owned, ctx); /* issue 6 */
+  s = spool__ipc_check_create(cfg, owned, ctx);
   if (s != SPOOL_OK) return s;
   if (!owned && cfg->max_size != 0 && cfg->max_size != UINT64_MAX)
     return spool__fail(SPOOL_ERR_CONFIG,
@@ -450,7 +450,7 @@ int spool_pool_device(const spool_pool *pool) { return pool ? pool->device : -1;
 
 const spool_config *spool_pool_config(const spool_pool *pool) { return pool ? &pool->cfg : NULL; }
 
-/* issue 6: spool_pool_import (ipc.c) makes pools from another process's descriptor. */
+/* spool_pool_import (ipc.c) makes pools from another process's descriptor. */
 spool_pool *spool__pool_new(const spool_config *cfg, cudaMemPool_t handle, bool owned) {
   return pool_new(cfg, handle, owned);
 }

@@ -65,7 +65,7 @@ void spool__registry_trim_device(const spool_pool *self) {
     if (p == self || p->device != self->device) continue;
     (void)spool__cache_flush_all(p, "spool_alloc"); /* failures: the trim gives what it can */
     enum cudaStreamCaptureMode mode;
-    bool relaxed = spool__relaxed_enter(&mode); /* issue 5: other threads' captures */
+    bool relaxed = spool__relaxed_enter(&mode); /* other threads' captures */
     if (cudaMemPoolTrimTo(p->handle, 0) != cudaSuccess) spool__clear_cuda_error();
     spool__relaxed_leave(relaxed, mode);
   }

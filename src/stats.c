@@ -15,7 +15,7 @@ static spool_status read_attrs(spool_pool *p, pool_attrs *a, const char *ctx) {
       cudaMemPoolAttrUsedMemCurrent, cudaMemPoolAttrUsedMemHigh};
   uint64_t *dst[4] = {&a->reserved, &a->reserved_high, &a->used, &a->used_high};
   enum cudaStreamCaptureMode mode;
-  bool relaxed = spool__relaxed_enter(&mode); /* issue 5: other threads' captures */
+  bool relaxed = spool__relaxed_enter(&mode); /* other threads' captures */
   cudaError_t err = cudaSuccess;
   for (int i = 0; i < 4 && err == cudaSuccess; i++)
     err = cudaMemPoolGetAttribute(p->handle, which[i], dst[i]);
@@ -101,7 +101,7 @@ spool_status spool_stats_reset_peaks(spool_pool *pool) {
    * reset can be undone: when the second fails, the first stands (documented in spool.h). */
   uint64_t zero = 0;
   enum cudaStreamCaptureMode mode;
-  bool relaxed = spool__relaxed_enter(&mode); /* issue 5: other threads' captures */
+  bool relaxed = spool__relaxed_enter(&mode); /* other threads' captures */
   cudaError_t err = cudaMemPoolSetAttribute(pool->handle, cudaMemPoolAttrReservedMemHigh, &zero);
   if (err == cudaSuccess)
     err = cudaMemPoolSetAttribute(pool->handle, cudaMemPoolAttrUsedMemHigh, &zero);
@@ -217,7 +217,7 @@ spool_status spool_report(spool_pool *pool, FILE *out) {
           (void *)pool->handle, pool->device, device_name(pool->device, &prop),
           pool->owned ? "own cudaMemPool" : "adopted cudaMemPool");
   report_config(pool, out);
-  spool__report_multi(pool, out); /* issue 6: access and IPC */
+  spool__report_multi(pool, out); /* access and IPC */
   report_stats(&st, out);
   spool__cache_each_stream(pool, report_stream, out);
   report_device(pool, out);
