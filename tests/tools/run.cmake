@@ -125,7 +125,8 @@ execute_process(COMMAND "${TRACE_TOOL}" plot "${trace}" -o "${WORK_DIR}/plot.png
 if(rc EQUAL 3)
   expect("${out}${err}" "matplotlib is not installed")
 elseif(NOT rc EQUAL 0)
-  message(FATAL_ERROR "spool-trace plot: exit ${rc}, expected 0 (drawn) or 3 (no matplotlib)\n${out}\n${err}")
+  message(FATAL_ERROR
+          "spool-trace plot: exit ${rc}, expected 0 (drawn) or 3 (no matplotlib)\n${out}\n${err}")
 elseif(NOT EXISTS "${WORK_DIR}/plot.png")
   message(FATAL_ERROR "spool-trace plot exited 0 but wrote no picture")
 endif()
