@@ -220,6 +220,23 @@ START_TEST(batch_members_are_regions_and_go_with_the_batch) {
 }
 END_TEST
 
+START_TEST(members_of_a_page_aligned_batch_are_regions) {
+  spool_pool *p = test_pool_with("");
+  cudaStream_t s = test_stream_create();
+  size_t sizes[2] = {5000, 100};
+  void *m[2];
+  CK_SPOOL(spool_alloc_batch(p, s, 2, sizes, m, 4096));
+  ck_assert_uint_eq((uintptr_t)m[0] % 4096, 0);
+  for (int i = 0; i < 2; i++) check_region(m[i], sizes[i]);
+  ck_assert_int_eq(live_regions(), 2);
+  CK_SPOOL(spool_free(p, m[0], s)); /* the first pointer, past the allocation's start */
+  ck_assert_int_eq(live_regions(), 0);
+  check_no_misuse();
+  test_stream_destroy(s);
+  test_pool_destroy(p);
+}
+END_TEST
+
 START_TEST(scope_pieces_are_regions_until_the_scope_ends) {
   spool_pool *p = test_pool_with("");
   cudaStream_t s = test_stream_create();
@@ -325,6 +342,7 @@ static Suite *nvtx_suite(void) {
   tcase_add_test(tc, each_live_buffer_is_a_region_of_its_size);
   tcase_add_test(tc, a_freed_block_kept_for_reuse_is_no_region);
   tcase_add_test(tc, batch_members_are_regions_and_go_with_the_batch);
+  tcase_add_test(tc, members_of_a_page_aligned_batch_are_regions);
   tcase_add_test(tc, scope_pieces_are_regions_until_the_scope_ends);
   tcase_add_test(tc, chunks_are_heaps_until_they_go_back);
   tcase_add_test(tc, buffers_freed_on_another_stream_leave_no_region);
