@@ -19,7 +19,7 @@ static uint64_t live_seq(spool_pool *pool, uintptr_t start) {
   const spool__buffer *r = spool__table_find(&pool->live, start);
   if (r) b = *r;
   pthread_mutex_unlock(&pool->lock);
-  if (!r && pool->cfg.cache && !spool__cache_find_live(pool, start, &b)) return 0;
+  if (!r && pool->cfg.cache && !spool__census_find_live(pool, start, &b)) return 0;
   return b.seq;
 }
 

@@ -114,7 +114,7 @@ static spool_status alloc_batch(spool_pool *pool, cudaStream_t stream, size_t co
     ptrs[i] = s == SPOOL_OK ? first + off : NULL;
   }
   /* Memory tools see each member, so that a write past one into the padding is reported. */
-  if (s == SPOOL_OK && spool__cache_carve(pool, (uintptr_t)base))
+  if (s == SPOOL_OK && spool__census_carve(pool, (uintptr_t)base))
     for (size_t i = 0; i < count; i++)
       spool__nvtx_piece(pool, (uintptr_t)base, (uintptr_t)ptrs[i], sizes[i]);
   return s;

@@ -18,7 +18,7 @@
 
 /* ---- whole-pool walks ------------------------------------------------------------------------ */
 
-bool spool__cache_containing(spool_pool *p, uintptr_t u, spool__buffer *out) {
+bool spool__census_containing(spool_pool *p, uintptr_t u, spool__buffer *out) {
   bool found = false;
   pthread_mutex_lock(&p->lock);
   for (spool__scache *c = p->caches; c && !found; c = c->next) {
@@ -36,7 +36,7 @@ bool spool__cache_containing(spool_pool *p, uintptr_t u, spool__buffer *out) {
   return found;
 }
 
-bool spool__cache_find_live(spool_pool *p, uintptr_t u, spool__buffer *out) {
+bool spool__census_find_live(spool_pool *p, uintptr_t u, spool__buffer *out) {
   bool found = false;
   pthread_mutex_lock(&p->lock);
   for (spool__scache *c = p->caches; c && !found; c = c->next) {
@@ -52,9 +52,9 @@ bool spool__cache_find_live(spool_pool *p, uintptr_t u, spool__buffer *out) {
   return found;
 }
 
-bool spool__cache_carve(spool_pool *p, uintptr_t u) {
+bool spool__census_carve(spool_pool *p, uintptr_t u) {
   spool__buffer b;
-  if (!spool__nvtx_on(p) || !p->cfg.cache || !spool__cache_find_live(p, u, &b)) return false;
+  if (!spool__nvtx_on(p) || !p->cfg.cache || !spool__census_find_live(p, u, &b)) return false;
   /* b's chunk stays while b is live: read outside the lock */
   return spool__nvtx_carve(p, b.blk->chunk->nvtx, u, b.size);
 }
@@ -69,8 +69,8 @@ static void if_live(const spool__buffer *b, void *arg) {
   if (b->state == SPOOL__LIVE) w->fn(b, w->arg);
 }
 
-void spool__cache_each_live(spool_pool *p, void (*fn)(const spool__buffer *, void *),
-                            void *arg) {
+void spool__census_each_live(spool_pool *p, void (*fn)(const spool__buffer *, void *),
+                             void *arg) {
   live_walk w = {fn, arg};
   pthread_mutex_lock(&p->lock);
   for (spool__scache *c = p->caches; c; c = c->next) {
@@ -81,7 +81,7 @@ void spool__cache_each_live(spool_pool *p, void (*fn)(const spool__buffer *, voi
   pthread_mutex_unlock(&p->lock);
 }
 
-void spool__cache_sum(spool_pool *p, spool__cache_counters *cc) {
+void spool__census_sum(spool_pool *p, spool__cache_counters *cc) {
   memset(cc, 0, sizeof *cc);
   pthread_mutex_lock(&p->lock);
   for (spool__scache *c = p->caches; c; c = c->next) {
@@ -107,22 +107,22 @@ void spool__cache_sum(spool_pool *p, spool__cache_counters *cc) {
 
 void spool__live_totals(spool_pool *p, uint64_t *bytes, uint64_t *buffers) {
   spool__cache_counters cc;
-  spool__cache_sum(p, &cc);
+  spool__census_sum(p, &cc);
   pthread_mutex_lock(&p->lock);
   *bytes = p->c.bytes_in_use + cc.bytes_in_use;
   *buffers = p->c.buffers_in_use + cc.buffers_in_use;
   pthread_mutex_unlock(&p->lock);
 }
 
-void spool__cache_reset_peaks(spool_pool *p) {
+void spool__census_reset_peaks(spool_pool *p) {
   spool__cache_counters ignored;
-  spool__cache_sum(p, &ignored); /* publishes every front */
+  spool__census_sum(p, &ignored); /* publishes every front */
   atomic_store(&p->peak_bytes, atomic_load(&p->total_bytes));
   atomic_store(&p->peak_buffers, atomic_load(&p->total_buffers));
 }
 
-void spool__cache_each_stream(spool_pool *p, void (*fn)(const spool__stream_idle *, void *),
-                              void *arg) {
+void spool__census_each_stream(spool_pool *p, void (*fn)(const spool__stream_idle *, void *),
+                               void *arg) {
   pthread_mutex_lock(&p->lock);
   for (spool__scache *c = p->caches; c; c = c->next) {
     front_lock(c);
@@ -178,7 +178,7 @@ static spool_status flush_locked(spool_pool *p, const char *ctx) {
   return s;
 }
 
-spool_status spool__cache_flush_all(spool_pool *p, const char *ctx) {
+spool_status spool__census_flush_all(spool_pool *p, const char *ctx) {
   pthread_mutex_lock(&p->lock);
   spool_status s = SPOOL_OK;
   if (anything_held(p)) {
@@ -224,7 +224,7 @@ static spool_status heap_destroy_locked(spool_pool *p, bool leaks_freed, const c
   return s;
 }
 
-spool_status spool__cache_destroy(spool_pool *p, bool leaks_freed) {
+spool_status spool__census_destroy(spool_pool *p, bool leaks_freed) {
   static const char ctx[] = "spool_pool_destroy";
   spool_status s = SPOOL_OK;
   pthread_mutex_lock(&p->lock);
@@ -293,7 +293,7 @@ spool_status spool_trim(spool_pool *pool, size_t keep_bytes) {
   if (!pool) return spool__fail(SPOOL_ERR_INVALID, "spool_trim: pool is NULL");
   spool_status s = spool__ipc_trim_check(pool); /* IPC pools never shrink */
   /* Cached blocks are in use as far as the pool knows: they go back first. */
-  if (s == SPOOL_OK) s = spool__cache_flush_all(pool, "spool_trim");
+  if (s == SPOOL_OK) s = spool__census_flush_all(pool, "spool_trim");
   if (s != SPOOL_OK) return s;
   enum cudaStreamCaptureMode mode;
   bool relaxed = spool__relaxed_enter(&mode); /* other threads' captures */

@@ -77,7 +77,7 @@ static spool_status live_buffer(spool_pool *pool, void *ptr, spool__buffer *out,
   b = spool__table_containing(&pool->live, u);
   if (b) *out = *b, inside = true;
   pthread_mutex_unlock(&pool->lock);
-  if (!inside && pool->cfg.cache && spool__cache_containing(pool, u, out)) {
+  if (!inside && pool->cfg.cache && spool__census_containing(pool, u, out)) {
     if (out->ptr == u) return SPOOL_OK;
     inside = true;
   }

@@ -775,7 +775,7 @@ static spool_status refuse(spool_pool *pool, void *ptr, const spool__site *site,
   else classify_own(pool, (uintptr_t)ptr, r);
   pthread_mutex_unlock(&pool->lock);
   if (!r->inside && pool->cfg.cache)
-    r->inside = spool__cache_containing(pool, (uintptr_t)ptr, &r->inside_buf) &&
+    r->inside = spool__census_containing(pool, (uintptr_t)ptr, &r->inside_buf) &&
                 r->inside_buf.ptr != (uintptr_t)ptr; /* at the start: another thread's, just now */
   if (!r->inside) r->other = spool__registry_owner(pool, (uintptr_t)ptr, &r->owner);
   return spool__refuse_free(pool, ptr, site, r);
@@ -796,7 +796,7 @@ static SPOOL__NOINLINE spool_status free_slow(spool_pool *pool, void *ptr, cudaS
    * allocation (those bypass the caches), so refused as the table's are. Moved into this
    * stream's cache instead, it would be handed out again before the graph ever ran. */
   if (capturing && fr == SPOOL__FREE_PASS && pool->cfg.cache &&
-      spool__cache_containing(pool, (uintptr_t)ptr, &moved) && moved.ptr == (uintptr_t)ptr)
+      spool__census_containing(pool, (uintptr_t)ptr, &moved) && moved.ptr == (uintptr_t)ptr)
     return refuse_in_capture(ptr, stream);
   if (fr == SPOOL__FREE_PASS && pool->cfg.cache) {
     fr = free_moved(pool, ptr, stream, site, &s, &moved);

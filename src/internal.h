@@ -524,33 +524,33 @@ spool_status spool__free_leaks(spool_pool *pool);
 
 /* For messages about a refused free: the live buffer of a stream cache that ptr points at or
  * into. Takes the pool's lock. */
-bool spool__cache_containing(spool_pool *pool, uintptr_t ptr, spool__buffer *out);
+bool spool__census_containing(spool_pool *pool, uintptr_t ptr, spool__buffer *out);
 
 /* Gives every cached block back to the pool: when there are any, synchronizes the pool's device
  * and frees them on this thread's per-thread stream (the caches' own streams may be gone), then
  * waits for that stream. Returns SPOOL_OK or the first failure (the blocks that failed stay
  * cached). Takes the pool's lock. */
-spool_status spool__cache_flush_all(spool_pool *pool, const char *ctx);
+spool_status spool__census_flush_all(spool_pool *pool, const char *ctx);
 
 /* The live heap buffer that starts at ptr, from any stream's table. Takes the pool's lock. */
-bool spool__cache_find_live(spool_pool *pool, uintptr_t ptr, spool__buffer *out);
+bool spool__census_find_live(spool_pool *pool, uintptr_t ptr, spool__buffer *out);
 /* For memory tools: the live buffer at ptr is handed out in pieces (spool__nvtx_piece). False
  * when that is not tracked (no tool attached, not a heap buffer): it stays one region. */
-bool spool__cache_carve(spool_pool *pool, uintptr_t ptr);
+bool spool__census_carve(spool_pool *pool, uintptr_t ptr);
 
 /* Calls fn for every live buffer of every stream cache (each cache's lock held meanwhile). */
-void spool__cache_each_live(spool_pool *pool, void (*fn)(const spool__buffer *, void *),
-                            void *arg);
+void spool__census_each_live(spool_pool *pool, void (*fn)(const spool__buffer *, void *),
+                             void *arg);
 
 /* The sum of every cache's counters into *cc (zeroed first). Exact: each cache publishes to the
  * pool-wide totals on the way. Takes the pool's lock and each cache's. */
-void spool__cache_sum(spool_pool *pool, spool__cache_counters *cc);
+void spool__census_sum(spool_pool *pool, spool__cache_counters *cc);
 
 /* Bytes and buffers in use now, the uncached path's and every cache's (exact). */
 void spool__live_totals(spool_pool *pool, uint64_t *bytes, uint64_t *buffers);
 
 /* Sets the pool-wide peaks to the current totals (after publishing every cache). */
-void spool__cache_reset_peaks(spool_pool *pool);
+void spool__census_reset_peaks(spool_pool *pool);
 
 /* What one stream holds, for the report and JSON: its front's bytes, the heap's ranges pending
  * on it, and its buffers' bytes in use. thread: for cudaStreamPerThread, the thread's number. */
@@ -560,13 +560,13 @@ typedef struct spool__stream_idle {
   uint64_t front_bytes, pending_bytes, bytes_in_use;
 } spool__stream_idle;
 /* Calls fn for every stream the pool has seen (the pool's lock held meanwhile). */
-void spool__cache_each_stream(spool_pool *pool, void (*fn)(const spool__stream_idle *, void *),
-                              void *arg);
+void spool__census_each_stream(spool_pool *pool, void (*fn)(const spool__stream_idle *, void *),
+                               void *arg);
 
 /* At destroy: gives every cached block back (blocks of streams that are gone, after a device
  * synchronize) and frees the caches. Returns SPOOL_OK or the failure (blocks that could not be
  * given back stay in the pool, which an own pool's destroy takes with it). */
-spool_status spool__cache_destroy(spool_pool *pool, bool leaks_freed);
+spool_status spool__census_destroy(spool_pool *pool, bool leaks_freed);
 
 /* The pool-wide totals: the uncached path's changes, published at once. */
 void spool__totals_add(spool_pool *pool, int64_t bytes, int64_t buffers);

@@ -201,7 +201,7 @@ static spool_status exported_size(spool_pool *pool, void *ptr, uint64_t *size) {
   else if ((b = spool__table_containing(&pool->live, u)) != NULL) interior = true, inside = *b;
   pthread_mutex_unlock(&pool->lock);
   spool__buffer cached; /* a buffer the stream caches served */
-  if (!found && !interior && spool__cache_containing(pool, u, &cached)) {
+  if (!found && !interior && spool__census_containing(pool, u, &cached)) {
     found = cached.ptr == u;
     interior = !found;
     if (found) *size = cached.size;

@@ -90,7 +90,7 @@ static void each_live(spool_pool *pool, void (*fn)(const spool__buffer *, void *
   pthread_mutex_lock(&pool->lock);
   spool__table_each(&pool->live, fn, arg);
   pthread_mutex_unlock(&pool->lock);
-  spool__cache_each_live(pool, fn, arg);
+  spool__census_each_live(pool, fn, arg);
 }
 
 typedef struct snapshot {

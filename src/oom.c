@@ -30,7 +30,7 @@ static void give_back(spool_pool *p, bool synchronize) {
     spool__device_leave(p->device, saved, s, ALLOC);
   }
   /* What the caches hold is in use as far as the pool knows: it goes back first. */
-  (void)spool__cache_flush_all(p, ALLOC);
+  (void)spool__census_flush_all(p, ALLOC);
   enum cudaStreamCaptureMode mode;
   bool relaxed = spool__relaxed_enter(&mode); /* other threads' captures */
   if (cudaMemPoolTrimTo(p->handle, 0) != cudaSuccess) spool__clear_cuda_error();
@@ -106,14 +106,14 @@ static void idle_stream(const spool__stream_idle *s, void *arg) {
 static void describe_idle(spool_pool *p, char *buf, size_t len) {
   char l[SPOOL__SIZE_TEXT], c[SPOOL__SIZE_TEXT];
   spool__cache_counters k;
-  spool__cache_sum(p, &k);
+  spool__census_sum(p, &k);
   pthread_mutex_lock(&p->lock);
   uint64_t largest = spool__heap_largest_free(p);
   pthread_mutex_unlock(&p->lock);
   int n = snprintf(buf, len, "; the heap holds %s idle (largest free block %s)",
                    spool__format_size(k.bytes_cached, c), spool__format_size(largest, l));
   idle_text t = {buf, len, n > 0 ? (size_t)n : 0, 0};
-  spool__cache_each_stream(p, idle_stream, &t);
+  spool__census_each_stream(p, idle_stream, &t);
   if (t.streams > IDLE_STREAMS && t.used < len)
     snprintf(buf + t.used, len - t.used, " and %u more", t.streams - IDLE_STREAMS);
 }

@@ -424,7 +424,7 @@ spool_status spool_pool_destroy(spool_pool *pool) {
                        "already?); nothing done", (void *)pool);
   if (pool->trace) trace_end(pool);
   spool_status s = spool__free_leaks(pool);
-  s = later_failure(s, spool__cache_destroy(pool, s == SPOOL_OK || s == SPOOL_ERR_LEAKS));
+  s = later_failure(s, spool__census_destroy(pool, s == SPOOL_OK || s == SPOOL_ERR_LEAKS));
   /* scope objects (their chunks were leaks, freed above) and the hand-off stream, after the
    * heap gave back the blocks freed on it */
   spool__scopes_destroy(pool);

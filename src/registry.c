@@ -40,8 +40,8 @@ static int registry_find(const spool_pool *self, uintptr_t ptr, bool inside, spo
     if (!b && inside) b = spool__table_containing(&p->live, ptr);
     if (b) out->buffer = *b;
     pthread_mutex_unlock(&p->lock);
-    found = b || (inside ? spool__cache_containing(p, ptr, &out->buffer)
-                         : spool__cache_find_live(p, ptr, &out->buffer));
+    found = b || (inside ? spool__census_containing(p, ptr, &out->buffer)
+                         : spool__census_find_live(p, ptr, &out->buffer));
     if (found) {
       out->pool = p;
       out->device = p->device;
@@ -63,7 +63,7 @@ void spool__registry_trim_device(const spool_pool *self) {
   pthread_mutex_lock(&registry_lock);
   for (spool_pool *p = registry_head; p; p = p->registry_next) {
     if (p == self || p->device != self->device) continue;
-    (void)spool__cache_flush_all(p, "spool_alloc"); /* failures: the trim gives what it can */
+    (void)spool__census_flush_all(p, "spool_alloc"); /* failures: the trim gives what it can */
     enum cudaStreamCaptureMode mode;
     bool relaxed = spool__relaxed_enter(&mode); /* other threads' captures */
     if (cudaMemPoolTrimTo(p->handle, 0) != cudaSuccess) spool__clear_cuda_error();

@@ -207,7 +207,7 @@ static spool_status new_chunk(spool_scope *sc, size_t need) {
   s = spool__alloc_site(sc->pool, &base, size, sc->stream, &site);
   if (s != SPOOL_OK) return spool__prefix(s, ctx);
   sc->chunks[sc->nchunks++] = (chunk){base, size, HEADER};
-  (void)spool__cache_carve(sc->pool, (uintptr_t)base); /* memory tools see pieces, not chunks */
+  (void)spool__census_carve(sc->pool, (uintptr_t)base); /* memory tools see pieces, not chunks */
   if (!own && sc->next_size < CHUNK_MAX) sc->next_size *= 2;
   if (own && sc->nchunks > 1) { /* the new chunk below the current one */
     chunk top = sc->chunks[sc->nchunks - 2];

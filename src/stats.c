@@ -73,7 +73,7 @@ static spool_status snapshot(spool_pool *p, spool_stats *out, const char *ctx) {
   spool_status s = read_attrs(p, &a, ctx);
   if (s != SPOOL_OK) return s;
   spool__cache_counters k;
-  spool__cache_sum(p, &k); /* publishes every cache: the totals are exact after */
+  spool__census_sum(p, &k); /* publishes every cache: the totals are exact after */
   pthread_mutex_lock(&p->lock);
   spool__counters c = p->c;
   heap_figures h = {p->heap.chunk_bytes, spool__heap_largest_free(p), p->heap.chunk_allocs,
@@ -108,7 +108,7 @@ spool_status spool_stats_reset_peaks(spool_pool *pool) {
   spool__relaxed_leave(relaxed, mode);
   if (err != cudaSuccess)
     return spool__fail_cuda(err, "cudaMemPoolSetAttribute", "%s: device %d", ctx, pool->device);
-  spool__cache_reset_peaks(pool);
+  spool__census_reset_peaks(pool);
   return SPOOL_OK;
 }
 
@@ -219,7 +219,7 @@ spool_status spool_report(spool_pool *pool, FILE *out) {
   report_config(pool, out);
   spool__report_multi(pool, out); /* access and IPC */
   report_stats(&st, out);
-  spool__cache_each_stream(pool, report_stream, out);
+  spool__census_each_stream(pool, report_stream, out);
   report_device(pool, out);
   if (fflush(out) != 0 || ferror(out))
     return spool__fail(SPOOL_ERR_IO, "%s: writing the report failed", ctx);
@@ -286,7 +286,7 @@ static void write_json(json_out *j, spool_pool *pool, const spool_stats *st, int
   }
   put(j, ",\"streams\":[");
   json_streams w = {j, 0};
-  spool__cache_each_stream(pool, json_stream, &w);
+  spool__census_each_stream(pool, json_stream, &w);
   put(j, "]");
   if (have_mem) put(j, ",\"device_free\":%zu,\"device_total\":%zu}", free_b, total_b);
   else put(j, ",\"device_free\":null,\"device_total\":null}");
