@@ -6,7 +6,6 @@
 #include "export.h"
 
 #include <inttypes.h>
-#include <signal.h>
 #include <stdio.h>
 
 #include <spool/spool.h>
@@ -73,18 +72,6 @@ static void write_points(const tf_trace *t, FILE *out) {
 
 int tf_export_plot(const tf_trace *t, const char *out, char err[TF_ERR]) {
   const char *args[] = {out};
-  tool_helper h;
-  if (tool_helper_start("spool_plot.py", args, 1, true, false, &h, err) != 0) return -1;
-  void (*old)(int) = signal(SIGPIPE, SIG_IGN); /* a helper that stops early is its message */
-  FILE *f = fdopen(h.to, "w");
-  if (f) {
-    write_points(t, f);
-    fclose(f);
-    h.to = -1;
-  }
-  int status = tool_helper_wait(&h);
-  signal(SIGPIPE, old);
-  if (f && status == 0) return 0;
-  snprintf(err, TF_ERR, "%.300s: drawing the picture failed (exit %d)", out, status);
-  return -1;
+  return tool_helper_feed("spool_plot.py", args, 1, t, write_points, out, "drawing the picture",
+                          err);
 }

@@ -4,7 +4,6 @@
 #include "export.h"
 
 #include <inttypes.h>
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -44,18 +43,6 @@ static void write_csv(const tf_trace *t, FILE *out) {
 
 int tf_export_torch(const tf_trace *t, const char *out, char err[TF_ERR]) {
   const char *args[] = {"from-csv", out};
-  tool_helper h;
-  if (tool_helper_start("spool_snapshot.py", args, 2, true, false, &h, err) != 0) return -1;
-  void (*old)(int) = signal(SIGPIPE, SIG_IGN); /* a helper that stops early is its message */
-  FILE *f = fdopen(h.to, "w");
-  if (f) {
-    write_csv(t, f);
-    fclose(f);
-    h.to = -1;
-  }
-  int status = tool_helper_wait(&h);
-  signal(SIGPIPE, old);
-  if (f && status == 0) return 0;
-  snprintf(err, TF_ERR, "%.300s: writing the snapshot failed (exit %d)", out, status);
-  return -1;
+  return tool_helper_feed("spool_snapshot.py", args, 2, t, write_csv, out, "writing the snapshot",
+                          err);
 }

@@ -4,6 +4,7 @@
 #include "helper.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,4 +73,23 @@ int tool_helper_wait(tool_helper *h) {
   while (waitpid(h->pid, &status, 0) < 0)
     if (errno != EINTR) return -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+int tool_helper_feed(const char *helper, const char *const *args, int nargs, const tf_trace *t,
+                     void (*emit)(const tf_trace *, FILE *), const char *out, const char *what,
+                     char err[TF_ERR]) {
+  tool_helper h;
+  if (tool_helper_start(helper, args, nargs, true, false, &h, err) != 0) return -1;
+  void (*old)(int) = signal(SIGPIPE, SIG_IGN); /* a helper that stops early is its message */
+  FILE *f = fdopen(h.to, "w");
+  if (f) {
+    emit(t, f);
+    fclose(f);
+    h.to = -1;
+  }
+  int status = tool_helper_wait(&h);
+  signal(SIGPIPE, old);
+  if (f && status == 0) return 0;
+  snprintf(err, TF_ERR, "%.300s: %s failed (exit %d)", out, what, status);
+  return -1;
 }

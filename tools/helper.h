@@ -3,6 +3,7 @@
 #ifndef SPOOL_TOOLS_HELPER_H
 #define SPOOL_TOOLS_HELPER_H
 
+#include <stdio.h>
 #include <sys/types.h>
 
 #include "trace_read.h"
@@ -21,5 +22,10 @@ int tool_helper_start(const char *helper, const char *const *args, int nargs, bo
                       bool read, tool_helper *h, char err[TF_ERR]);
 /* Closes what is still open and waits: the helper's exit status, or -1 when it did not exit. */
 int tool_helper_wait(tool_helper *h);
+/* Runs helper with args and writes t to its standard input with emit(t, f): 0 once the helper
+ * exited 0, else -1 with err "<out>: <what> failed (exit N)" (out: the file it was to write). */
+int tool_helper_feed(const char *helper, const char *const *args, int nargs, const tf_trace *t,
+                     void (*emit)(const tf_trace *, FILE *), const char *out, const char *what,
+                     char err[TF_ERR]);
 
 #endif
