@@ -245,8 +245,35 @@ spool__block *spool__heap_fit(spool_pool *p, spool__pending *own, uint64_t need)
   return u;
 }
 
+cudaError_t spool__chunk_get(spool_pool *p, void **out, uint64_t bytes, cudaStream_t stream,
+                             bool *malloced, const char **api) {
+  *malloced = p->nvtx.malloc_chunks && spool__nvtx_on(p);
+  *api = *malloced ? "cudaMalloc" : "cudaMallocFromPoolAsync";
+  if (!*malloced) return cudaMallocFromPoolAsync(out, (size_t)bytes, p->handle, stream);
+  int saved = 0;
+  cudaError_t err = cudaGetDevice(&saved);
+  if (err != cudaSuccess || saved == p->device) {
+    if (err != cudaSuccess) *api = "cudaGetDevice";
+    return err == cudaSuccess ? cudaMalloc(out, (size_t)bytes) : err;
+  }
+  err = cudaSetDevice(p->device);
+  if (err != cudaSuccess) *api = "cudaSetDevice";
+  else err = cudaMalloc(out, (size_t)bytes);
+  cudaError_t back = cudaSetDevice(saved);
+  if (back == cudaSuccess || err != cudaSuccess) return err;
+  *api = "cudaSetDevice";
+  if (cudaFree(*out) != cudaSuccess) spool__clear_cuda_error();
+  return back;
+}
+
+cudaError_t spool__chunk_put(uintptr_t addr, bool malloced, cudaStream_t stream,
+                             const char **api) {
+  *api = malloced ? "cudaFree" : "cudaFreeAsync";
+  return malloced ? cudaFree((void *)addr) : cudaFreeAsync((void *)addr, stream);
+}
+
 spool__block *spool__heap_add_chunk(spool_pool *p, spool__pending *own, uintptr_t addr,
-                                    uint64_t bytes, uint64_t need) {
+                                    uint64_t bytes, uint64_t need, bool malloced) {
   spool__heap *h = &p->heap;
   spool__chunk *c = calloc(1, sizeof *c);
   spool__block *b = c ? record_new(h) : NULL;
@@ -255,10 +282,12 @@ spool__block *spool__heap_add_chunk(spool_pool *p, spool__pending *own, uintptr_
     return NULL;
   }
   *c = (spool__chunk){.addr = addr, .bytes = bytes, .band = (uint8_t)spool__band_of(need),
-                      .first = b, .next = h->chunks, .nvtx = spool__nvtx_heap(p, addr, bytes)};
+                      .first = b, .next = h->chunks, .malloced = malloced,
+                      .nvtx = malloced ? spool__nvtx_heap(p, addr, bytes) : NULL};
   if (h->chunks) h->chunks->prev = c;
   h->chunks = c;
   h->chunk_bytes += bytes;
+  if (malloced) h->malloc_bytes += bytes;
   h->chunk_allocs++;
   if (SPOOL__UNLIKELY(p->trace)) spool__trace_chunk(p, SPOOL_TRACE_CHUNK_ALLOC, addr, bytes, NULL);
   /* The whole chunk is a range freed on own's stream just now; the caller's block is cut off. */
@@ -370,8 +399,16 @@ static void chunk_drop(spool_pool *p, spool__chunk *c) {
   else h->chunks = c->next;
   if (c->next) c->next->prev = c->prev;
   h->chunk_bytes -= c->bytes;
+  if (c->malloced) h->malloc_bytes -= c->bytes;
   h->chunk_frees++;
   free(c);
+}
+
+/* A memory tool loses a heap before its memory goes (after cudaFree it is no heap to drop); a
+ * chunk that then stays is plain memory to the tool. */
+static void unregister_heap(spool_pool *p, spool__chunk *c) {
+  spool__nvtx_heap_drop(p, c->nvtx);
+  c->nvtx = NULL;
 }
 
 spool_status spool__heap_free_empty(spool_pool *p, spool__pending *own, cudaStream_t stream,
@@ -382,10 +419,14 @@ spool_status spool__heap_free_empty(spool_pool *p, spool__pending *own, cudaStre
     next = c->next;
     spool__block *b = empty_range(c);
     if (!b || (b->owner && b->owner != own) || h->allocs - c->empty_since < idle) continue;
-    cudaError_t err = cudaFreeAsync((void *)c->addr, stream);
+    /* A cudaMalloc chunk waits for trim or destroy: its cudaFree would stall every stream. */
+    if (c->malloced && idle) continue;
+    const char *api;
+    unregister_heap(p, c);
+    cudaError_t err = spool__chunk_put(c->addr, c->malloced, stream, &api);
     if (err != cudaSuccess) {
       char size[SPOOL__SIZE_TEXT];
-      return spool__fail_cuda(err, "cudaFreeAsync", "%s: giving a free chunk of %s at %p back "
+      return spool__fail_cuda(err, api, "%s: giving a free chunk of %s at %p back "
                               "to the pool on stream %p (it stays in the heap)", ctx,
                               spool__format_size(c->bytes, size), (void *)c->addr,
                               (void *)stream);
@@ -428,10 +469,12 @@ spool_status spool__heap_destroy(spool_pool *p, cudaStream_t stream, spool__give
       chunk_drop(p, c); /* stays allocated: its work may still run, or a leak could not go */
       continue;
     }
-    cudaError_t err = cudaFreeAsync((void *)c->addr, stream);
+    const char *api;
+    unregister_heap(p, c);
+    cudaError_t err = spool__chunk_put(c->addr, c->malloced, stream, &api);
     if (err != cudaSuccess && s == SPOOL_OK) {
       char size[SPOOL__SIZE_TEXT];
-      s = spool__fail_cuda(err, "cudaFreeAsync", "%s: giving the heap's chunk of %s at %p back",
+      s = spool__fail_cuda(err, api, "%s: giving the heap's chunk of %s at %p back",
                            ctx, spool__format_size(c->bytes, size), (void *)c->addr);
     } else if (err != cudaSuccess) {
       spool__clear_cuda_error();

@@ -158,6 +158,11 @@ spool_status spool__record_alloc(spool_pool *p, void *ptr, size_t size, cudaStre
 
 /* ---- allocation ----------------------------------------------------------------------------- */
 
+/* The memory tool's heap of b's chunk, NULL when the tool was not told of it. */
+static inline const void *heap_of(const spool__buffer *b) {
+  return b->blk ? b->blk->chunk->nvtx : NULL;
+}
+
 /* Under c's lock: b becomes the caller's buffer. */
 static inline void make_live(spool_pool *p, spool__scache *c, spool__buffer *b, size_t size,
                              cudaStream_t stream, const spool__site *site) {
@@ -244,28 +249,32 @@ static spool_status new_chunk(spool_pool *p, spool__scache *c, uint64_t need, si
                               cudaStream_t stream, spool__block **out) {
   uint64_t bytes = spool__chunk_size(need);
   void *u = NULL;
-  cudaError_t err = cudaMallocFromPoolAsync(&u, bytes, p->handle, stream);
+  bool malloced;
+  const char *api;
+  cudaError_t err = spool__chunk_get(p, &u, bytes, stream, &malloced, &api);
   spool_status s = SPOOL_OK;
   if (err != cudaSuccess && err != cudaErrorMemoryAllocation) {
     char a[SPOOL__SIZE_TEXT];
-    return spool__fail_cuda(err, "cudaMallocFromPoolAsync", "%s: a heap chunk of %s on stream "
+    return spool__fail_cuda(err, api, "%s: a heap chunk of %s on stream "
                             "%p, device %d", ALLOC, spool__format_size(bytes, a),
                             (void *)stream, p->device);
   }
   if (err != cudaSuccess) {
     spool__clear_cuda_error();
     bytes = need;
+    malloced = false;
     s = pool_alloc_for(p, &u, (size_t)need, size, stream);
   }
   pthread_mutex_lock(&p->lock);
   if (s == SPOOL_ERR_OOM) *out = spool__heap_fit(p, &c->pend, need);
-  else if (s == SPOOL_OK) *out = spool__heap_add_chunk(p, &c->pend, (uintptr_t)u, bytes, need);
+  else if (s == SPOOL_OK)
+    *out = spool__heap_add_chunk(p, &c->pend, (uintptr_t)u, bytes, need, malloced);
   pthread_mutex_unlock(&p->lock);
   if (s == SPOOL_ERR_OOM) return *out ? SPOOL_OK : s;
   if (s == SPOOL_OK && !*out) {
     s = spool__fail(SPOOL_ERR_HOST_OOM, "%s: no host memory for the records of a new heap "
                     "chunk", ALLOC);
-    err = cudaFreeAsync(u, stream);
+    err = spool__chunk_put((uintptr_t)u, malloced, stream, &api);
     if (err != cudaSuccess) spool__also_failed(s, err, "giving the chunk back");
   }
   return s;
@@ -451,7 +460,7 @@ spool_status spool_alloc_tagged(spool_pool *pool, void **ptr, size_t size, cudaS
 
 /* Under c's lock: the live buffer b is freed, as the counters and memory tools see it. */
 static SPOOL__INLINE void count_free(spool_pool *p, spool__scache *c, const spool__buffer *b) {
-  if (spool__nvtx_on(p)) spool__nvtx_release_slow(p, c->stream, b->ptr, b->size);
+  if (spool__nvtx_on(p)) spool__nvtx_release_slow(p, c->stream, heap_of(b), b->ptr, b->size);
   c->c.frees++;
   c->c.bytes_in_use -= b->size;
   c->c.buffers_in_use--;
@@ -670,7 +679,7 @@ static spool__free_result free_moved(spool_pool *p, void *ptr, cudaStream_t stre
                      HELD_LOCK, true);
     } else {
       /* No host memory to keep the record: the block goes into the heap without it. */
-      if (spool__nvtx_on(p)) spool__nvtx_release_slow(p, c->stream, b.ptr, b.size);
+      if (spool__nvtx_on(p)) spool__nvtx_release_slow(p, c->stream, heap_of(&b), b.ptr, b.size);
       c->c.frees++;
       front_unlock(c);
       b.died = *site;

@@ -247,6 +247,7 @@ typedef struct spool__chunk {
   struct spool__chunk *prev, *next;
   void *nvtx;  /* its heap for memory tools (nvtx.c), NULL when none is attached */
   uint8_t band;
+  bool malloced; /* cudaMalloc memory (spool__chunk_get), not the pool's */
 } spool__chunk;
 
 /* An index of free ranges: a list per size class and a bitmap of the classes in use. */
@@ -278,6 +279,7 @@ typedef struct spool__heap {
   uint64_t idle_scan;   /* allocs at the last look for idle chunks */
   uint64_t free_bytes;  /* in free ranges, shared or pending */
   uint64_t chunk_bytes; /* in chunks */
+  uint64_t malloc_bytes; /* of those, in cudaMalloc chunks: outside the pool's attributes */
   uint64_t chunk_allocs, chunk_frees, fences;
 } spool__heap;
 
@@ -291,7 +293,14 @@ spool__block *spool__heap_fit(spool_pool *pool, spool__pending *own, uint64_t ne
 /* Enters a chunk just allocated on own's stream and cuts need bytes off it; NULL without host
  * memory (the caller gives the chunk back). */
 spool__block *spool__heap_add_chunk(spool_pool *pool, spool__pending *own, uintptr_t addr,
-                                    uint64_t bytes, uint64_t need);
+                                    uint64_t bytes, uint64_t need, bool malloced);
+/* Memory for a chunk of bytes, for stream: from the pool in stream order, or from cudaMalloc
+ * when the memory tool attached takes heaps only over that (*malloced says which). *api names
+ * the call that failed. Giving a chunk back: cudaFreeAsync on stream, or cudaFree, which waits
+ * for the whole device. */
+cudaError_t spool__chunk_get(spool_pool *pool, void **out, uint64_t bytes, cudaStream_t stream,
+                             bool *malloced, const char **api);
+cudaError_t spool__chunk_put(uintptr_t addr, bool malloced, cudaStream_t stream, const char **api);
 /* The used block b, freed on own's stream, becomes a range pending on it. */
 void spool__heap_release(spool_pool *pool, spool__pending *own, spool__block *b);
 /* Bookkeeping of a heap operation on own's stream: every few, the fence decision (query the
@@ -379,7 +388,8 @@ typedef struct spool__scache {
 #define SPOOL__NVTX_BUCKETS 64
 
 typedef struct spool__nvtx {
-  atomic_bool on;        /* cfg.nvtx, until a chunk's registration finds no tool attached */
+  atomic_bool on;        /* cfg.nvtx and a tool attached that takes spool's heaps */
+  bool malloc_chunks;    /* chunks come from cudaMalloc: the heaps the tool takes */
   pthread_mutex_t lock;  /* guards carved */
   struct spool__carved *carved[SPOOL__NVTX_BUCKETS]; /* buffers handed out in pieces */
 } spool__nvtx;
@@ -428,8 +438,14 @@ static inline bool spool__nvtx_on(const spool_pool *p) {
 }
 void spool__nvtx_init(spool_pool *p);
 void spool__nvtx_fini(spool_pool *p);
-/* A new heap chunk as a tool's sub-allocator heap: its handle, NULL when no tool takes it (the
- * pool's switch is then turned off). Dropping it unregisters it with every region in it. */
+/* At pool creation, on the pool's device: whether a tool is attached, and whether it takes a
+ * heap over cudaMalloc memory (compute-sanitizer takes none over pool memory). Without such a
+ * tool the switch goes off; with one, the pool's chunks come from cudaMalloc. Never fails: a
+ * failed look leaves the switch off and the caller's error as it was. */
+void spool__nvtx_probe(spool_pool *p);
+/* A new cudaMalloc heap chunk as a tool's sub-allocator heap: its handle, NULL when the tool
+ * refuses it (the pool's switch is then turned off). Dropping it unregisters it with every
+ * region in it. */
 void *spool__nvtx_heap(spool_pool *p, uintptr_t addr, uint64_t bytes);
 void spool__nvtx_heap_drop(spool_pool *p, void *heap);
 /* A buffer of the chunk whose heap is `heap` handed out, or freed on stream: its region of size
@@ -437,7 +453,8 @@ void spool__nvtx_heap_drop(spool_pool *p, void *heap);
  * for stream's work first: the tool sees the region go when the stream gets there, not when
  * the host calls (a kernel queued before the free still uses it). */
 void spool__nvtx_region_slow(void *heap, uintptr_t ptr, uint64_t size);
-void spool__nvtx_release_slow(spool_pool *p, cudaStream_t stream, uintptr_t ptr, uint64_t size);
+void spool__nvtx_release_slow(spool_pool *p, cudaStream_t stream, const void *heap, uintptr_t ptr,
+                              uint64_t size);
 /* A live heap buffer of size bytes at base is handed out in pieces: its one region goes and
  * each piece gets its own; its free unregisters them. False when nothing was carved (no tool,
  * not a heap buffer, or no host memory), and the buffer stays one region. */

@@ -8,10 +8,13 @@
  * Batches and scopes hand out pieces of one buffer: such a buffer is carved, its region
  * replaced by one per piece, and its free unregisters the pieces.
  *
- * Cost with no tool attached: the first chunk's registration comes back empty and turns the
- * pool's switch off, after which each path pays one predictable branch on it. Registration
- * happens on the host; a free is stream-ordered, so with a tool attached it waits for its
- * stream before its region goes (work queued before the free may still use the buffer). */
+ * compute-sanitizer refuses a heap over memory of a cudaMemPool ("one or more of the parameters
+ * is invalid"), and takes one over a cudaMalloc allocation; so with a tool attached the pool's
+ * chunks come from cudaMalloc. A pool finds out once, when it is created: with no tool the
+ * NVTX domain is empty and the switch goes off, after which each path pays one predictable
+ * branch on it. Registration happens on the host; a free is stream-ordered, so with a tool
+ * attached it waits for its stream before its region goes (work queued before the free may
+ * still use the buffer). */
 #include "internal.h"
 
 #include <nvtx3/nvToolsExtMem.h>
@@ -52,9 +55,7 @@ void spool__nvtx_fini(spool_pool *p) {
   pthread_mutex_destroy(&p->nvtx.lock);
 }
 
-void *spool__nvtx_heap(spool_pool *p, uintptr_t addr, uint64_t bytes) {
-  if (!spool__nvtx_on(p)) return NULL;
-  pthread_once(&domain_once, domain_create);
+static nvtxMemHeapHandle_t heap_register(uintptr_t addr, uint64_t bytes) {
   nvtxMemVirtualRangeDesc_t range = {.size = (size_t)bytes, .ptr = (const void *)addr};
   nvtxMemHeapDesc_t desc = {
       .extCompatID = NVTX_EXT_COMPATID_MEM,
@@ -66,8 +67,44 @@ void *spool__nvtx_heap(spool_pool *p, uintptr_t addr, uint64_t bytes) {
       .messageType = NVTX_MESSAGE_TYPE_ASCII,
       .message.ascii = "spool heap chunk",
   };
-  nvtxMemHeapHandle_t h = nvtxMemHeapRegister(domain, &desc);
-  /* Nothing attached answers nothing: from now on the paths skip every call. */
+  return nvtxMemHeapRegister(domain, &desc);
+}
+
+/* A small cudaMalloc allocation offered to the tool as a heap, and taken back. */
+static bool takes_malloc_heaps(int device) {
+  static const char ctx[] = "spool: asking a memory tool";
+  int saved = 0;
+  if (spool__device_enter(device, &saved, ctx) != SPOOL_OK) return false;
+  void *u = NULL;
+  bool takes = false;
+  cudaError_t err = cudaMalloc(&u, SPOOL__MIN_BLOCK);
+  if (err == cudaSuccess) {
+    nvtxMemHeapHandle_t h = heap_register((uintptr_t)u, SPOOL__MIN_BLOCK);
+    if (h) nvtxMemHeapUnregister(domain, h);
+    takes = h != NULL;
+    err = cudaFree(u);
+  }
+  bool ok = spool__device_leave(device, saved, SPOOL_OK, ctx) == SPOOL_OK && err == cudaSuccess;
+  return takes && ok;
+}
+
+void spool__nvtx_probe(spool_pool *p) {
+  if (!spool__nvtx_on(p)) return;
+  pthread_once(&domain_once, domain_create);
+  char message[SPOOL__MESSAGE];
+  spool__save_error(message);
+  /* A shareable pool's chunks must be the pool's memory: there the tool sees whole chunks. */
+  bool takes = domain && p->cfg.ipc == SPOOL_IPC_NONE && takes_malloc_heaps(p->device);
+  spool__clear_cuda_error();
+  spool__restore_error(message);
+  p->nvtx.malloc_chunks = takes;
+  if (!takes) atomic_store_explicit(&p->nvtx.on, false, memory_order_relaxed);
+}
+
+void *spool__nvtx_heap(spool_pool *p, uintptr_t addr, uint64_t bytes) {
+  if (!spool__nvtx_on(p)) return NULL;
+  nvtxMemHeapHandle_t h = heap_register(addr, bytes);
+  /* A tool that took the probe's heap and not this one: from now on the paths skip it. */
   if (!h) atomic_store_explicit(&p->nvtx.on, false, memory_order_relaxed);
   return h;
 }
@@ -116,7 +153,9 @@ static carved **slot_of(spool_pool *p, uintptr_t base) {
   return at;
 }
 
-void spool__nvtx_release_slow(spool_pool *p, cudaStream_t stream, uintptr_t ptr, uint64_t size) {
+void spool__nvtx_release_slow(spool_pool *p, cudaStream_t stream, const void *heap, uintptr_t ptr,
+                              uint64_t size) {
+  if (!heap) return; /* a chunk the tool was not told of */
   /* Only with a tool attached, whose run is slow anyway. A failure is the stream's own error
    * (a faulted kernel, say), which the caller's next synchronize reports: not this free's. */
   if (cudaStreamSynchronize(stream) != cudaSuccess) spool__clear_cuda_error();

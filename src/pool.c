@@ -371,6 +371,7 @@ static spool_status open_pool(spool_pool **pool, const spool_config *cfg, cudaMe
   }
   s = configure(p, ctx);
   if (s != SPOOL_OK) return s;
+  spool__nvtx_probe(p);
   spool__registry_add(p);
   *pool = p;
   return SPOOL_OK;

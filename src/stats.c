@@ -32,6 +32,7 @@ static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 /* The heap's figures, read under the pool's lock. */
 typedef struct heap_figures {
   uint64_t chunk_bytes, largest, chunk_allocs, chunk_frees, fences;
+  uint64_t malloc_bytes; /* chunks from cudaMalloc, which the pool's attributes leave out */
 } heap_figures;
 
 static void fill(spool_stats *out, const spool__counters *c, const spool__cache_counters *k,
@@ -42,12 +43,12 @@ static void fill(spool_stats *out, const spool__counters *c, const spool__cache_
   out->bytes_in_use_peak = max_u64(peaks[0], out->bytes_in_use);
   out->buffers_in_use = c->buffers_in_use + k->buffers_in_use;
   out->buffers_in_use_peak = max_u64(peaks[1], out->buffers_in_use);
-  out->bytes_reserved = a->reserved;
-  out->bytes_reserved_peak = a->reserved_high;
+  out->bytes_reserved = a->reserved + h->malloc_bytes;
+  out->bytes_reserved_peak = max_u64(a->reserved_high, out->bytes_reserved);
   out->allocs = c->allocs + k->allocs;
   out->frees = c->frees + k->frees;
-  out->bytes_used = a->used;
-  out->bytes_used_peak = a->used_high;
+  out->bytes_used = a->used + h->malloc_bytes;
+  out->bytes_used_peak = max_u64(a->used_high, out->bytes_used);
   out->bytes_allocated = c->bytes_allocated + k->bytes_allocated;
   out->cache_hits = k->hits;
   out->cache_misses = k->misses;
@@ -77,7 +78,7 @@ static spool_status snapshot(spool_pool *p, spool_stats *out, const char *ctx) {
   pthread_mutex_lock(&p->lock);
   spool__counters c = p->c;
   heap_figures h = {p->heap.chunk_bytes, spool__heap_largest_free(p), p->heap.chunk_allocs,
-                    p->heap.chunk_frees, p->heap.fences};
+                    p->heap.chunk_frees, p->heap.fences, p->heap.malloc_bytes};
   pthread_mutex_unlock(&p->lock);
   uint64_t peaks[2] = {atomic_load(&p->peak_bytes), atomic_load(&p->peak_buffers)};
   fill(out, &c, &k, peaks, &a, &h);

@@ -134,6 +134,27 @@ static int NVTX_API fake_init(nvtxExtModuleInfo_t *info) {
 
 NvtxExtInitializeInjectionFunc_t InitializeInjectionNvtxExtension_fnptr = fake_init;
 
+/* A tool names its domains: spool takes an empty one for "no tool attached". */
+static char domain_token;
+
+static nvtxDomainHandle_t NVTX_API fake_domain_create(const char *name) {
+  (void)name;
+  return (nvtxDomainHandle_t)&domain_token;
+}
+
+static int NVTX_API fake_core_init(NvtxGetExportTableFunc_t get) {
+  const NvtxExportTableCallbacks *cb = get(NVTX_ETID_CALLBACKS);
+  NvtxFunctionTable table = NULL;
+  unsigned size = 0;
+  if (!cb || !cb->GetModuleFunctionTable(NVTX_CB_MODULE_CORE2, &table, &size) ||
+      size <= NVTX_CBID_CORE2_DomainCreateA)
+    return 0;
+  *table[NVTX_CBID_CORE2_DomainCreateA] = (NvtxFunctionPointer)fake_domain_create;
+  return 1;
+}
+
+NvtxInitializeInjectionNvtxFunc_t InitializeInjectionNvtx2_fnptr = fake_core_init;
+
 /* ---- what a test asks of it ------------------------------------------------------------------- */
 
 static int live_heaps(void) {
@@ -313,6 +334,49 @@ START_TEST(a_free_waits_for_its_stream_before_the_region_goes) {
 END_TEST
 #endif
 
+#ifdef SPOOL_TEST_SIM
+/* compute-sanitizer takes a heap only over a cudaMalloc allocation: with a tool attached the
+ * heap's chunks are cudaMalloc memory, counted in the pool's reserved bytes, given back by
+ * trim with cudaFree. */
+START_TEST(under_a_tool_chunks_are_cudamalloc_memory) {
+  spool_pool *p = test_pool_with("");
+  long probe = cudasim_calls("cudaMalloc");
+  ck_assert_int_eq(probe, 1); /* the pool asked the tool once, at creation */
+  cudaStream_t s = test_stream_create();
+  void *a = test_alloc_on(p, 1000, s), *b = test_alloc_on(p, 8 * MiB, s);
+  ck_assert_int_eq(cudasim_calls("cudaMalloc") - probe, 2);
+  spool_stats st = test_stats(p);
+  ck_assert_uint_eq(st.bytes_reserved, st.bytes_heap);
+  CK_SPOOL(spool_free(p, a, s));
+  CK_SPOOL(spool_free(p, b, s));
+  long frees = cudasim_calls("cudaFree");
+  CK_SPOOL(spool_trim(p, 0));
+  ck_assert_int_eq(cudasim_calls("cudaFree") - frees, 2);
+  ck_assert_uint_eq(test_stats(p).bytes_reserved, 0);
+  test_stream_destroy(s);
+  test_pool_destroy(p);
+  ck_assert_int_eq(cudasim_live_allocations(), 0);
+  check_no_misuse();
+}
+END_TEST
+
+START_TEST(a_failed_look_for_a_tool_leaves_the_pool_on_its_pool_memory) {
+  cudasim_fail("cudaMalloc", 1, cudaErrorMemoryAllocation);
+  spool_pool *p = test_pool_with("");
+  ck_assert_int_eq(cudaGetLastError(), cudaSuccess);
+  cudaStream_t s = test_stream_create();
+  void *a = test_alloc_on(p, 1000, s);
+  ck_assert_int_eq(cudasim_calls("cudaMalloc"), 1); /* the look; the chunk is the pool's */
+  ck_assert_int_eq(live_heaps(), 0);
+  CK_SPOOL(spool_free(p, a, s));
+  test_stream_destroy(s);
+  test_pool_destroy(p);
+  ck_assert_int_eq(cudasim_live_allocations(), 0);
+  check_no_misuse();
+}
+END_TEST
+#endif
+
 START_TEST(nvtx_off_tells_the_tool_nothing) {
   spool_pool *p = test_pool_with("nvtx=off");
   cudaStream_t s = test_stream_create();
@@ -325,6 +389,9 @@ START_TEST(nvtx_off_tells_the_tool_nothing) {
   test_stream_destroy(s);
   test_pool_destroy(p);
   ck_assert_int_eq(calls, 0);
+#ifdef SPOOL_TEST_SIM
+  ck_assert_int_eq(cudasim_calls("cudaMalloc"), 0); /* the chunks are the pool's */
+#endif
 }
 END_TEST
 
@@ -348,6 +415,8 @@ static Suite *nvtx_suite(void) {
   tcase_add_test(tc, buffers_freed_on_another_stream_leave_no_region);
 #ifdef SPOOL_TEST_SIM
   tcase_add_test(tc, a_free_waits_for_its_stream_before_the_region_goes);
+  tcase_add_test(tc, under_a_tool_chunks_are_cudamalloc_memory);
+  tcase_add_test(tc, a_failed_look_for_a_tool_leaves_the_pool_on_its_pool_memory);
 #endif
   tcase_add_test(tc, nvtx_off_tells_the_tool_nothing);
   tcase_add_test(tc, nvtx_is_on_by_default);
