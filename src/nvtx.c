@@ -10,8 +10,8 @@
  *
  * compute-sanitizer refuses a heap over memory of a cudaMemPool ("one or more of the parameters
  * is invalid"), and takes one over a cudaMalloc allocation; so with a tool attached the pool's
- * chunks come from cudaMalloc. A pool finds out once, when it is created: with no tool the
- * NVTX domain is empty and the switch goes off, after which each path pays one predictable
+ * chunks come from cudaMalloc. A pool finds out once, when it is created: with no tool (NVTX's
+ * loader would find none) the switch goes off, after which each path pays one predictable
  * branch on it. Registration happens on the host; a free is stream-ordered, so with a tool
  * attached it waits for its stream before its region goes (work queued before the free may
  * still use the buffer). */
@@ -88,13 +88,20 @@ static bool takes_malloc_heaps(int device) {
   return takes && ok;
 }
 
+/* Where NVTX's loader finds a tool: the variable a tool launching the program sets, or one
+ * linked in statically. (A tool may leave domains unnamed: an empty domain says nothing.) */
+static bool tool_attached(void) {
+  const char *path = getenv("NVTX_INJECTION64_PATH");
+  return (path && *path) || InitializeInjectionNvtxExtension_fnptr != NULL;
+}
+
 void spool__nvtx_probe(spool_pool *p) {
   if (!spool__nvtx_on(p)) return;
   pthread_once(&domain_once, domain_create);
   char message[SPOOL__MESSAGE];
   spool__save_error(message);
   /* A shareable pool's chunks must be the pool's memory: there the tool sees whole chunks. */
-  bool takes = domain && p->cfg.ipc == SPOOL_IPC_NONE && takes_malloc_heaps(p->device);
+  bool takes = tool_attached() && p->cfg.ipc == SPOOL_IPC_NONE && takes_malloc_heaps(p->device);
   spool__clear_cuda_error();
   spool__restore_error(message);
   p->nvtx.malloc_chunks = takes;

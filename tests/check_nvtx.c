@@ -134,27 +134,6 @@ static int NVTX_API fake_init(nvtxExtModuleInfo_t *info) {
 
 NvtxExtInitializeInjectionFunc_t InitializeInjectionNvtxExtension_fnptr = fake_init;
 
-/* A tool names its domains: spool takes an empty one for "no tool attached". */
-static char domain_token;
-
-static nvtxDomainHandle_t NVTX_API fake_domain_create(const char *name) {
-  (void)name;
-  return (nvtxDomainHandle_t)&domain_token;
-}
-
-static int NVTX_API fake_core_init(NvtxGetExportTableFunc_t get) {
-  const NvtxExportTableCallbacks *cb = get(NVTX_ETID_CALLBACKS);
-  NvtxFunctionTable table = NULL;
-  unsigned size = 0;
-  if (!cb || !cb->GetModuleFunctionTable(NVTX_CB_MODULE_CORE2, &table, &size) ||
-      size <= NVTX_CBID_CORE2_DomainCreateA)
-    return 0;
-  *table[NVTX_CBID_CORE2_DomainCreateA] = (NvtxFunctionPointer)fake_domain_create;
-  return 1;
-}
-
-NvtxInitializeInjectionNvtxFunc_t InitializeInjectionNvtx2_fnptr = fake_core_init;
-
 /* ---- what a test asks of it ------------------------------------------------------------------- */
 
 static int live_heaps(void) {

@@ -21,7 +21,8 @@ typedef struct rp_result {
 /* Replays t on a pool made from the defaults with config on top (spool_config_parse; its
  * `trace` key is ignored) on device. 0 with *out filled; -1 with the reason in err (a config
  * that does not parse, a pool or stream that cannot be made). Allocations that fail in the
- * replay are counted, not fatal. Refuses to run while SPOOL_TRACE is set. */
+ * replay are counted, not fatal. Refuses to run while SPOOL_TRACE is set. The process's first
+ * call replays twice and reports the second, so the first config is timed warm like the rest. */
 int rp_run(const tf_trace *t, const char *config, int device, rp_result *out,
            char err[TF_ERR]);
 

@@ -59,8 +59,11 @@ def main(argv):
                 linewidth=1.5)
         ax.step(*idle, where="post", label="idle (reserved - live)", color="tab:orange",
                 linewidth=1, linestyle="--")
-    for stream, (xs, ys) in sorted(streams.items()):
-        ax.step(xs, ys, where="post", label=f"stream {stream}", linewidth=0.8)
+    # One stream's line would lie on the total; several get colours the totals do not use.
+    palette = ["tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan"]
+    for i, (stream, (xs, ys)) in enumerate(sorted(streams.items()) if len(streams) > 1 else []):
+        ax.step(xs, ys, where="post", label=f"stream {stream}", linewidth=0.8,
+                color=palette[i % len(palette)])
     for x in ooms:
         ax.axvline(x, color="red", linestyle="--", linewidth=0.8)
     for x in trims:
