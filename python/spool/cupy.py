@@ -3,6 +3,8 @@
     import cupy
     import spool.cupy
     spool.cupy.install()    # cupy.cuda.set_allocator(spool.cupy.allocator)
+    ...
+    spool.cupy.uninstall()  # CuPy's allocator from before install() again
 
 Every CuPy array is then a buffer of spool's pool for its device, the same pool that PyTorch's
 tensors use under spool.torch (and Numba's arrays under spool.numba): allocated and freed in
@@ -21,7 +23,9 @@ except ImportError as e:
 from . import _lib
 from ._lib import stats
 
-__all__ = ["allocator", "install", "stats"]
+__all__ = ["allocator", "install", "stats", "uninstall"]
+
+_previous = []  # the allocator CuPy had before the first install(), while installed
 
 
 def _out_of_memory(nbytes, message):
@@ -61,5 +65,21 @@ def install(conf=None, lib=None):
     cdll = _lib.load(lib)
     if conf is not None:
         _lib.configure(cdll, conf)
+    if not _previous:
+        _previous.append(_current_allocator())
     cupy.cuda.set_allocator(allocator)
     return _lib.loaded_path()
+
+
+def _current_allocator():
+    """What CuPy allocates with now: get_allocator() where CuPy has it, else its default pool."""
+    get = getattr(cupy.cuda, "get_allocator", None)
+    return get() if get else cupy.get_default_memory_pool().malloc
+
+
+def uninstall():
+    """Gives CuPy back the allocator it had before install() (its default memory pool unless the
+    program had set another). Arrays made from spool stay valid and go back to spool's pool when
+    they are freed. Without a preceding install() nothing changes."""
+    if _previous:
+        cupy.cuda.set_allocator(_previous.pop())

@@ -34,6 +34,7 @@ class OutOfMemoryError(MemoryError):
 allocators = []
 cuda = types.SimpleNamespace(
     get_current_stream=lambda: _Stream(), set_allocator=allocators.append,
+    get_allocator=lambda: allocators[-1] if allocators else "cupy's pool",
     UnownedMemory=UnownedMemory, MemoryPointer=MemoryPointer,
     runtime=types.SimpleNamespace(getDevice=lambda: 0),
     memory=types.SimpleNamespace(OutOfMemoryError=OutOfMemoryError))
@@ -92,6 +93,17 @@ class Adapters(unittest.TestCase):
             spool.cupy.allocator(1 << 20)
         self.assertEqual(spool.cupy.install(), spool.library_path())
         self.assertEqual(cupy.allocators, [spool.cupy.allocator])
+
+    def test_cupy_uninstall_restores_the_allocator_from_before(self):
+        import cupy
+        import spool.cupy
+        del cupy.allocators[:]
+        spool.cupy.install()
+        spool.cupy.install()  # twice: what came before is still CuPy's own
+        spool.cupy.uninstall()
+        self.assertEqual(cupy.allocators[-1], "cupy's pool")
+        spool.cupy.uninstall()  # no install left: nothing changes
+        self.assertEqual(len(cupy.allocators), 3)
 
     def test_cupy_out_of_memory_is_cupys(self):
         import cupy
