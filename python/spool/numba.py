@@ -27,9 +27,13 @@ __all__ = ["SpoolNumbaManager", "install", "stats"]
 
 def _device_pointer(ptr):
     """ptr as the type Numba's driver layer takes: CUdeviceptr with NVIDIA's bindings, else a
-    ctypes integer."""
+    ctypes integer. Numba once chose between the two (USE_NV_BINDING); numba-cuda now has only
+    NVIDIA's, and no switch (given a ctypes integer it fails in int() on the array's views)."""
     from numba.cuda.cudadrv import driver
-    if getattr(driver, "USE_NV_BINDING", False):
+    nvidia = getattr(driver, "USE_NV_BINDING", None)
+    if nvidia is None:
+        nvidia = hasattr(getattr(driver, "binding", None), "CUdeviceptr")
+    if nvidia:
         return driver.binding.CUdeviceptr(ptr)
     return ctypes.c_uint64(ptr)
 

@@ -8,6 +8,7 @@ plug-in's status-returning entry: a C++ exception through ctypes would end this 
 that importing them without the framework names it. A GPU with the real frameworks is not
 covered here. Needs SPOOL_TORCH_LIB (ctest sets it to the built library).
 """
+import ctypes
 import os
 import subprocess
 import sys
@@ -131,6 +132,19 @@ class Adapters(unittest.TestCase):
         self.assertEqual(spool.numba.install(), spool.library_path())
         self.assertEqual(cuda.managers, [spool.numba.SpoolNumbaManager])
         self.assertIs(spool.numba._numba_memory_manager, spool.numba.SpoolNumbaManager)
+
+    def test_numba_pointer_follows_the_binding_numba_has(self):
+        import spool.numba
+        from numba.cuda.cudadrv import driver
+        self.assertIsInstance(spool.numba._device_pointer(5), ctypes.c_uint64)
+        saved = driver.USE_NV_BINDING
+        del driver.USE_NV_BINDING  # numba-cuda: NVIDIA's binding only, and no switch
+        driver.binding = types.SimpleNamespace(CUdeviceptr=lambda p: ("CUdeviceptr", p))
+        try:
+            self.assertEqual(spool.numba._device_pointer(5), ("CUdeviceptr", 5))
+        finally:
+            driver.USE_NV_BINDING = saved
+            del driver.binding
 
     def test_import_without_the_framework_names_it(self):
         for name, words in (("cupy", "spool.cupy needs CuPy"),
