@@ -388,7 +388,7 @@ typedef struct spool__scache {
 #define SPOOL__NVTX_BUCKETS 64
 
 typedef struct spool__nvtx {
-  atomic_bool on;        /* cfg.nvtx and a tool attached that takes spool's heaps */
+  atomic_bool on;        /* cfg.nvtx and a tool attached that takes spool's heaps (probe) */
   bool malloc_chunks;    /* chunks come from cudaMalloc: the heaps the tool takes */
   pthread_mutex_t lock;  /* guards carved */
   struct spool__carved *carved[SPOOL__NVTX_BUCKETS]; /* buffers handed out in pieces */

@@ -37,7 +37,8 @@ static nvtxDomainHandle_t domain;
 static void domain_create(void) { domain = nvtxDomainCreateA("spool"); }
 
 void spool__nvtx_init(spool_pool *p) {
-  atomic_store_explicit(&p->nvtx.on, p->cfg.nvtx, memory_order_relaxed);
+  /* Off until spool__nvtx_probe finds a tool (an imported pool, never asked, stays off). */
+  atomic_store_explicit(&p->nvtx.on, false, memory_order_relaxed);
   pthread_mutex_init(&p->nvtx.lock, NULL);
   for (unsigned i = 0; i < BUCKETS; i++) p->nvtx.carved[i] = NULL;
 }
@@ -96,7 +97,7 @@ static bool tool_attached(void) {
 }
 
 void spool__nvtx_probe(spool_pool *p) {
-  if (!spool__nvtx_on(p)) return;
+  if (!p->cfg.nvtx) return;
   pthread_once(&domain_once, domain_create);
   char message[SPOOL__MESSAGE];
   spool__save_error(message);
@@ -105,7 +106,7 @@ void spool__nvtx_probe(spool_pool *p) {
   spool__clear_cuda_error();
   spool__restore_error(message);
   p->nvtx.malloc_chunks = takes;
-  if (!takes) atomic_store_explicit(&p->nvtx.on, false, memory_order_relaxed);
+  atomic_store_explicit(&p->nvtx.on, takes, memory_order_relaxed);
 }
 
 void *spool__nvtx_heap(spool_pool *p, uintptr_t addr, uint64_t bytes) {
