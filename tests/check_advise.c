@@ -123,6 +123,74 @@ START_TEST(advice_is_proved_by_replays_of_the_defaults_and_of_itself) {
 }
 END_TEST
 
+/* Periods of one buffer too large for the mid band (a chunk of its own), a churn of small ones,
+ * then two mid-band ones live at once: a chunk_idle of the period's length keeps the all-free
+ * large chunk, which the mid band cannot use, where the default gives it back to the pool in
+ * time for the pool to serve the mid-band chunks from it. */
+static void large_then_mid(maker *m) {
+  for (int period = 0; period < 4; period++) {
+    free_(m, alloc(m, 64 * MiB));
+    for (int i = 0; i < 600; i++) free_(m, alloc(m, 4096 + (uint64_t)i * 512));
+    uint64_t a = alloc(m, 30 * MiB), b = alloc(m, 30 * MiB);
+    free_(m, a);
+    free_(m, b);
+    push(m, SPOOL_TRACE_STREAM_RELEASE, 0, 0);
+  }
+}
+
+START_TEST(an_idle_bound_that_would_cost_memory_is_left_at_its_default_with_the_reason) {
+  maker m = {0};
+  large_then_mid(&m);
+  ad_advice a = advise(&m.t);
+  ck_assert_uint_gt(key(&a, "chunk_idle")->value, 256);
+  rp_result d, r;
+  char err[TF_ERR];
+  ck_assert_msg(ad_prove(&m.t, 0, &a, &d, &r, err) == 0, "%s", err);
+  ck_assert_ptr_null(strstr(a.config, "chunk_idle"));
+  ck_assert_int_ge(a.nleft, 1);
+  ck_assert_str_eq(a.left[a.nleft - 1].key, "chunk_idle");
+  ck_assert_ptr_nonnull(strstr(a.left[a.nleft - 1].why, "without it"));
+  ck_assert_uint_le(r.peak_reserved, d.peak_reserved); /* no more than the defaults hold */
+  tf_free(&m.t);
+}
+END_TEST
+
+/* Two sets of small sizes taking turns, 24 buffers live at a time (a forward and a backward
+ * pass): how big a front pays is a question for the replays. */
+static void two_sets_taking_turns(maker *m) {
+  uint64_t live[24];
+  for (int round = 0; round < 32; round++) {
+    uint64_t base = round % 2 ? 520 * KiB : 780 * KiB;
+    for (int i = 0; i < 24; i++) live[i] = alloc(m, base + (uint64_t)i * 8192);
+    for (int i = 0; i < 24; i++) free_(m, live[i]);
+  }
+}
+
+START_TEST(the_advised_front_is_the_one_whose_replay_reserves_least) {
+  maker m = {0};
+  two_sets_taking_turns(&m);
+  ad_advice a = advise(&m.t);
+  uint64_t asked = key(&a, "front_limit")->value;
+  rp_result d, r;
+  char err[TF_ERR];
+  ck_assert_msg(ad_prove(&m.t, 0, &a, &d, &r, err) == 0, "%s", err);
+  const ad_key *front = key(&a, "front_limit");
+  ck_assert_ptr_nonnull(strstr(front->why, "replays of fronts"));
+  for (uint64_t v = asked; v >= SPOOL_FRONT_LIMIT_DEFAULT; v /= 4) {
+    char conf[64];
+    snprintf(conf, sizeof conf, "front_limit=%llu", (unsigned long long)v);
+    rp_result other;
+    ck_assert_msg(rp_run(&m.t, conf, 0, &other, err) == 0, "%s", err);
+    ck_assert_msg(r.peak_reserved <= other.peak_reserved + 2 * MiB,
+                  "front_limit=%llu reserved %llu, the advice (%s) %llu", (unsigned long long)v,
+                  (unsigned long long)other.peak_reserved, a.config,
+                  (unsigned long long)r.peak_reserved);
+  }
+  ck_assert_uint_le(r.peak_reserved, d.peak_reserved);
+  tf_free(&m.t);
+}
+END_TEST
+
 START_TEST(advice_of_a_trace_without_allocations_is_refused) {
   maker m = {0};
   push(&m, SPOOL_TRACE_TRIM, 0, 0);
@@ -141,6 +209,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, advice_keeps_what_a_periodic_peak_needs_and_not_a_one_off);
   tcase_add_test(tc, advice_keeps_the_heap_chunks_a_periodic_peak_needs);
   tcase_add_test(tc, advice_is_proved_by_replays_of_the_defaults_and_of_itself);
+  tcase_add_test(tc, an_idle_bound_that_would_cost_memory_is_left_at_its_default_with_the_reason);
+  tcase_add_test(tc, the_advised_front_is_the_one_whose_replay_reserves_least);
   tcase_add_test(tc, advice_of_a_trace_without_allocations_is_refused);
   suite_add_tcase(su, tc);
   return su;

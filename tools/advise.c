@@ -187,6 +187,7 @@ int ad_recommend(const tf_trace *t, ad_advice *a, char err[TF_ERR]) {
           "2 MiB step: there is no lasting working set to reserve", tool_size_text(floor, s1));
     uint64_t front = SMALL;
     while (front < w.front_peak && front < FRONT_MAX) front *= 2;
+    a->front_peak = w.front_peak;
     add(a, "front_limit", front, "one stream held at most %s of buffers of 1 MiB or less at "
         "once: a front of %s keeps a repeat of all of them a hit",
         tool_size_text(w.front_peak, s1), tool_size_text(front, s2));
@@ -205,10 +206,98 @@ int ad_recommend(const tf_trace *t, ad_advice *a, char err[TF_ERR]) {
   return rc;
 }
 
+/* The advice without its key i. */
+static ad_advice without(const ad_advice *a, int i) {
+  ad_advice less = *a;
+  memmove(&less.keys[i], &less.keys[i + 1], (size_t)(less.n - i - 1) * sizeof less.keys[0]);
+  less.n--;
+  config_text(&less);
+  return less;
+}
+
+static int find_key(const ad_advice *a, const char *name) {
+  for (int i = 0; i < a->n; i++)
+    if (strcmp(a->keys[i].key, name) == 0) return i;
+  return -1;
+}
+
+/* Whether r holds less than best: fewer bytes reserved (by a pool step or more), or as many and
+ * more hits. */
+static bool better(const rp_result *r, const rp_result *best) {
+  if (r->ooms != best->ooms) return r->ooms < best->ooms;
+  if (r->peak_reserved + GRAIN <= best->peak_reserved) return true;
+  if (best->peak_reserved + GRAIN <= r->peak_reserved) return false;
+  return r->hit_rate > best->hit_rate;
+}
+
+/* The front a trace asks for bounds what is worth keeping, not what pays: blocks kept ready
+ * for a repeat are bytes the heap cannot merge for other sizes. So the fronts from the trace's
+ * figure down to the default, a quarter at a time, are replayed, and the one that reserves
+ * least (then hits most) is advised; the default means no key. *with: the advice's replay. */
+static int tune_front(const tf_trace *t, int device, ad_advice *a, rp_result *with,
+                      char err[TF_ERR]) {
+  int i = find_key(a, "front_limit");
+  if (i < 0) return 0;
+  ad_advice best = *a, tried = *a;
+  rp_result best_r = *with;
+  char list[200] = "", s1[32], s2[32];
+  size_t at = 0;
+  for (uint64_t v = a->keys[i].value;; v /= 4) {
+    bool dflt = v <= SPOOL_FRONT_LIMIT_DEFAULT;
+    rp_result r = *with;
+    if (v != a->keys[i].value) {
+      tried = *a;
+      if (dflt) tried = without(a, i);
+      else tried.keys[i].value = v, config_text(&tried);
+      if (rp_run(t, tried.config, device, &r, err) != 0) return -1;
+      if (better(&r, &best_r)) best = tried, best_r = r;
+    }
+    at += (size_t)snprintf(list + at, sizeof list - at, "%s%s: %s", at ? ", " : "",
+                           tool_size_text(dflt ? SPOOL_FRONT_LIMIT_DEFAULT : v, s1),
+                           tool_size_text(r.peak_reserved, s2));
+    if (dflt || at >= sizeof list) break;
+  }
+  ad_key k = a->keys[i];
+  int j = find_key(&best, "front_limit");
+  char *why = j >= 0 ? best.keys[j].why : k.why;
+  snprintf(why, sizeof k.why, "one stream held at most %s of buffers of 1 MiB or less at "
+           "once; the replays of fronts from there down (front: peak reserved) gave %s, and %s "
+           "reserves least", tool_size_text(a->front_peak, s1), list,
+           j >= 0 ? "this one" : "the default");
+  if (j < 0) best.left[best.nleft++] = k;
+  *a = best;
+  *with = best_r;
+  return 0;
+}
+
+/* chunk_idle holds all-free chunks over the trace's longest period; where the replay without
+ * it reserves less, it goes, its sentence saying what it would have bought. */
+static int drop_costly_idle(const tf_trace *t, int device, ad_advice *a, rp_result *with,
+                            char err[TF_ERR]) {
+  int i = find_key(a, "chunk_idle");
+  if (i < 0) return 0;
+  ad_advice less = without(a, i);
+  rp_result r;
+  if (rp_run(t, less.config, device, &r, err) != 0) return -1;
+  if (!better(&r, with)) return 0;
+  ad_key k = a->keys[i];
+  char s1[32], s2[32];
+  snprintf(k.why, sizeof k.why, "the replay with it reserved %s against %s without it (a hit "
+           "rate of %.1f%% against %.1f%%): left at its default",
+           tool_size_text(with->peak_reserved, s1), tool_size_text(r.peak_reserved, s2),
+           100 * with->hit_rate, 100 * r.hit_rate);
+  less.left[less.nleft++] = k;
+  *a = less;
+  *with = r;
+  return 0;
+}
+
 int ad_prove(const tf_trace *t, int device, ad_advice *a, rp_result *defaults,
              rp_result *advised, char err[TF_ERR]) {
   if (rp_run(t, "", device, defaults, err) != 0) return -1;
   if (rp_run(t, a->config, device, advised, err) != 0) return -1;
+  if (tune_front(t, device, a, advised, err) != 0) return -1;
+  if (drop_costly_idle(t, device, a, advised, err) != 0) return -1;
   char s1[32];
   uint64_t max = round_up(advised->peak_reserved + advised->peak_reserved / 4, GRAIN);
   uint64_t threshold = a->keys[0].value;

@@ -40,20 +40,28 @@ static const char USAGE[] =
     "Exit status: 0 done, 1 bad usage, 2 the trace could not be read or judged, 3 a replay\n"
     "failed.\n";
 
+static void print_keys_json(const ad_key *keys, int n) {
+  printf("[");
+  for (int i = 0; i < n; i++) {
+    printf("%s{\"key\":\"%s\",\"value\":%" PRIu64 ",\"why\":", i ? "," : "", keys[i].key,
+           keys[i].value);
+    tool_json_string(stdout, keys[i].why);
+    printf("}");
+  }
+  printf("]");
+}
+
 static void print_json(const tool_args *a, const ad_advice *ad, const rp_result *d,
                        const rp_result *r) {
   printf("{\"trace\":");
   tool_json_string(stdout, a->trace);
   printf(",\"runtime\":\"" RUNTIME "\",\"config\":");
   tool_json_string(stdout, ad->config);
-  printf(",\"keys\":[");
-  for (int i = 0; i < ad->n; i++) {
-    printf("%s{\"key\":\"%s\",\"value\":%" PRIu64 ",\"why\":", i ? "," : "", ad->keys[i].key,
-           ad->keys[i].value);
-    tool_json_string(stdout, ad->keys[i].why);
-    printf("}");
-  }
-  printf("],\"defaults\":{\"config\":\"\"");
+  printf(",\"keys\":");
+  print_keys_json(ad->keys, ad->n);
+  printf(",\"left\":");
+  print_keys_json(ad->left, ad->nleft);
+  printf(",\"defaults\":{\"config\":\"\"");
   tool_print_result_json(stdout, d);
   printf("},\"advised\":{\"config\":");
   tool_json_string(stdout, ad->config);
@@ -65,6 +73,8 @@ static void print_text(const ad_advice *ad, const rp_result *d, const rp_result 
   printf("recommended: %s\n", ad->config);
   for (int i = 0; i < ad->n; i++)
     printf("  %s=%s: %s\n", ad->keys[i].key, ad->keys[i].text, ad->keys[i].why);
+  for (int i = 0; i < ad->nleft; i++)
+    printf("  not %s=%s: %s\n", ad->left[i].key, ad->left[i].text, ad->left[i].why);
   printf("\nreplayed on " RUNTIME ":\n");
   tool_print_result_header(stdout);
   tool_print_result_row(stdout, "", d);
