@@ -1,10 +1,11 @@
 """Building and loading spool's allocator class for PyTorch (_torch_native.cpp), on first use.
 
 The class derives from PyTorch's CUDAPluggableAllocator, so it is compiled against the PyTorch
-installed here, with torch.utils.cpp_extension.load (ninja), or, where ninja is missing, with
-one compiler command of the same flags. It links to the libspool_torch.so that the package
-loaded (by its path, found again at run time through its RPATH), so PyTorch, CuPy and Numba keep
-one pool per device. The build lands in a cache folder keyed by everything that goes into it:
+installed here, with torch.utils.cpp_extension.load (which needs ninja), or, where ninja is
+missing, with one compiler command of the same flags; neither initializes CUDA. It links to the
+libspool_torch.so that the package loaded (by its path, found again at run time through its
+RUNPATH), so PyTorch, CuPy and Numba keep one pool per device. The build lands in a cache
+folder keyed by everything that goes into it:
 
     SPOOL_CACHE_DIR, else $XDG_CACHE_HOME/spool, else ~/.cache/spool; then
     torch-<torch version>-py<X.Y>-<hash of the sources, the library's path and the compiler>/
@@ -58,11 +59,11 @@ def _compiler():
     return cxx
 
 
-def _torch_includes(cpp_extension):
-    try:
-        return cpp_extension.include_paths(device_type="cuda")
-    except TypeError:  # PyTorch before 2.6 says cuda=True
-        return cpp_extension.include_paths(cuda=True)
+def _cuda_home(cpp_extension):
+    home = getattr(cpp_extension, "CUDA_HOME", None)
+    if not home or not os.path.isfile(os.path.join(home, "include", "cuda_runtime_api.h")):
+        raise Unavailable(f"no CUDA toolkit headers (cuda_runtime_api.h) under CUDA_HOME={home!r}")
+    return home
 
 
 def _build_folder(torch, lib, cxx):
@@ -76,39 +77,40 @@ def _build_folder(torch, lib, cxx):
     return os.path.join(cache_dir(), f"torch-{torch.__version__}-py{py}-{key.hexdigest()[:16]}")
 
 
-def _flags(lib):
-    """(compile flags, link flags) beyond what cpp_extension adds itself."""
+def _flags(cpp_extension, lib):
+    """(include folders, compile flags, link flags) beyond what load() adds to a C++ extension.
+
+    The CUDA headers and runtime and PyTorch's CUDA libraries are named here: load(with_cuda=
+    True) would ask every device's compute capability for nvcc's flags, which initializes CUDA,
+    and PyTorch's allocator cannot be swapped after that."""
     lib = os.path.realpath(lib)
+    cuda = _cuda_home(cpp_extension)
+    includes = [header_dir(), os.path.join(cuda, "include")]
     cflags = ["-O2", "-std=c++17", "-fvisibility=hidden"]
-    ldflags = [lib, "-Wl,-rpath," + os.path.dirname(lib)]
-    return cflags, ldflags
+    ldflags = [f"-L{os.path.join(cuda, 'lib64')}", "-lcudart", "-lc10_cuda", "-ltorch_cuda",
+               lib, "-Wl,-rpath," + os.path.dirname(lib)]
+    return includes, cflags, ldflags
 
 
 def _with_ninja(torch, cpp_extension, folder, lib):
-    cflags, ldflags = _flags(lib)
+    includes, cflags, ldflags = _flags(cpp_extension, lib)
     return cpp_extension.load(
-        name=NAME, sources=[SOURCE], extra_include_paths=[header_dir()], extra_cflags=cflags,
-        extra_ldflags=ldflags, build_directory=folder, with_cuda=True, is_python_module=False,
+        name=NAME, sources=[SOURCE], extra_include_paths=includes, extra_cflags=cflags,
+        extra_ldflags=ldflags, build_directory=folder, with_cuda=False, is_python_module=False,
         verbose=False)
 
 
 def _without_ninja(torch, cpp_extension, folder, lib, cxx):
-    """The same compile as one command; the library is replaced only once it is whole."""
+    """What load() runs, as one compiler command; the library replaced only once it is whole."""
     out = os.path.join(folder, NAME + ".so")
-    cflags, ldflags = _flags(lib)
-    abi = int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True))
-    cuda_home = getattr(cpp_extension, "CUDA_HOME", None)
-    includes = [header_dir(), *_torch_includes(cpp_extension)]
-    libdirs = [os.path.join(os.path.dirname(torch.__file__), "lib")]
-    if cuda_home:
-        includes.append(os.path.join(cuda_home, "include"))
-        libdirs.append(os.path.join(cuda_home, "lib64"))
-    tmp = f"{out}.{os.getpid()}.tmp"
-    cmd = [cxx, "-shared", "-fPIC", *cflags, f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
-           *(f"-I{d}" for d in includes), SOURCE, "-o", tmp,
-           *(f"-L{d}" for d in libdirs), "-lc10", "-lc10_cuda", "-ltorch_cpu", "-ltorch_cuda",
-           "-ltorch", "-lcudart", *ldflags]
     if not os.path.isfile(out):
+        includes, cflags, ldflags = _flags(cpp_extension, lib)
+        abi = int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True))
+        torch_lib = os.path.join(os.path.dirname(torch.__file__), "lib")
+        tmp = f"{out}.{os.getpid()}.tmp"
+        cmd = [cxx, "-shared", "-fPIC", *cflags, f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+               *(f"-I{d}" for d in [*includes, *cpp_extension.include_paths()]), SOURCE,
+               "-o", tmp, f"-L{torch_lib}", "-lc10", "-ltorch_cpu", "-ltorch", *ldflags]
         p = subprocess.run(cmd, capture_output=True, text=True)
         if p.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)}\n{p.stdout}{p.stderr}")
@@ -138,7 +140,7 @@ def load(torch, lib, plugin):
         from torch.utils import cpp_extension
     except ImportError as e:
         raise Unavailable(f"torch.utils.cpp_extension cannot be imported: {e}") from e
-    includes = _torch_includes(cpp_extension)
+    includes = cpp_extension.include_paths()
     if not any(os.path.isfile(os.path.join(d, PLUGGABLE_HEADER)) for d in includes):
         raise Unavailable(f"PyTorch {torch.__version__} has no C++ headers here (no "
                           f"{PLUGGABLE_HEADER} under {', '.join(includes)})")

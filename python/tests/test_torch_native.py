@@ -125,8 +125,10 @@ def test_pool_live_allocations_are_the_graphs_outputs(env):
 
 def test_free_of_outside_memory_during_capture_waits_for_its_end(env):
     r = scenario(env, "graph_pool")
-    # doomed (64 MiB) was freed once the capture ended; y stayed
-    assert r["in_use_change"] == r["y_bytes"] - 64 * (1 << 20), r
+    # doomed (64 MiB) was freed once the capture ended; y stayed. PyTorch's generator may add
+    # its two 8-byte graph-state tensors at the first capture.
+    want = r["y_bytes"] - 64 * (1 << 20)
+    assert want <= r["in_use_change"] <= want + 4096, r
 
 
 def test_compile_reduce_overhead_matches_eager_or_says_why_not(env):
