@@ -346,7 +346,9 @@ private:
   std::atomic<size_t> tracked_count_{0};
 };
 
-std::shared_ptr<SpoolAllocator> installed; // PyTorch holds it too, for the process's life
+// Never destroyed: tensors freed during the process's exit still reach the allocator, after
+// static destructors may have run (PyTorch holds it too).
+std::shared_ptr<SpoolAllocator> *const installed = new std::shared_ptr<SpoolAllocator>();
 
 void put_message(char *buf, size_t len, const char *text) {
   if (buf && len) std::snprintf(buf, len, "%s", text);
@@ -362,7 +364,7 @@ __attribute__((visibility("default"))) int spool_torch_native_install(char *buf,
   try {
     auto allocator = std::make_shared<SpoolAllocator>();
     torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(allocator);
-    installed = allocator;
+    *installed = allocator;
     return 0;
   } catch (const c10::Error &e) {
     put_message(buf, len, e.what_without_backtrace());
@@ -374,7 +376,7 @@ __attribute__((visibility("default"))) int spool_torch_native_install(char *buf,
 
 // 1 when PyTorch's current CUDA allocator is the one installed here.
 __attribute__((visibility("default"))) int spool_torch_native_active(void) {
-  return installed && cca::allocator.load() == installed.get() ? 1 : 0;
+  return *installed && cca::allocator.load() == installed->get() ? 1 : 0;
 }
 
 // The address of spool_torch_alloc as this library was linked to it: Python compares it with
