@@ -12,10 +12,13 @@ step times, peak memory as the allocator counts it, the card and the versions.
 
 Allocators: `native` (PyTorch's caching allocator), `async` (its cudaMallocAsync backend, chosen
 with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync, which this script sets before importing
-torch) and `spool` (python/spool_torch.py; the library from --lib, SPOOL_TORCH_LIB or the build
-tree). `--deterministic` makes runs repeatable (seed, deterministic algorithms, cuDNN without
-benchmarking, the math attention kernel); CUBLAS_WORKSPACE_CONFIG=:4096:8 is set for it when
-unset. Needs torch and a CUDA device; nothing else.
+torch), `spool` (python/spool_torch.py, spool's allocator class where it builds; the library
+from --lib, SPOOL_TORCH_LIB or the build tree) and `spool-pluggable` (the same library through
+CUDAPluggableAllocator alone). `--deterministic` makes runs repeatable (seed, deterministic
+algorithms, cuDNN without benchmarking, the math attention kernel); CUBLAS_WORKSPACE_CONFIG=
+:4096:8 is set for it when unset. `--cudnn-benchmark` then lets cuDNN time its deterministic
+algorithms (torch.backends.cudnn.benchmark, which asks the allocator's cacheInfo). Needs torch
+and a CUDA device; nothing else.
 """
 import argparse
 import contextlib
@@ -33,7 +36,7 @@ PRESETS = {
     "bench": {"cnn": dict(batch=256, size=64, width=64), "transformer": dict(
         batch=32, seq=256, vocab=8192, d=512, heads=8, layers=6, ff=2048)},
 }
-ALLOCATORS = ("native", "async", "spool")
+ALLOCATORS = ("native", "async", "spool", "spool-pluggable")
 
 
 def prepare_env(allocator, deterministic):
@@ -140,10 +143,10 @@ def train(torch, model, make_batch, loss_fn, steps, deterministic):
 
 def memory(torch, allocator, spool_torch):
     """Peak reserved and peak in-use bytes over the run, as the allocator counts them."""
-    if allocator == "spool":
+    if allocator.startswith("spool"):
         st = spool_torch.stats(0)
         return {"peak_reserved": st["bytes_reserved_peak"], "peak_in_use":
-                st["bytes_in_use_peak"], "spool_stats": st}
+                st["bytes_in_use_peak"], "spool_stats": st, "spool_native": spool_torch.native()}
     out = {}
     for key, fn in (("peak_reserved", torch.cuda.max_memory_reserved),
                     ("peak_in_use", torch.cuda.max_memory_allocated)):
@@ -158,10 +161,11 @@ def run(args):
     prepare_env(args.allocator, args.deterministic)
     import torch
     spool_torch = None
-    if args.allocator == "spool":
+    if args.allocator.startswith("spool"):
         sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
-        import spool_torch
-        spool_torch.install(conf=args.spool_conf, lib=args.lib)
+        import spool.torch as spool_torch
+        spool_torch.install(conf=args.spool_conf, lib=args.lib,
+                            native=False if args.allocator == "spool-pluggable" else None)
     if not torch.cuda.is_available():
         raise SystemExit("no CUDA device available to PyTorch")
     torch.manual_seed(args.seed)
@@ -169,12 +173,15 @@ def run(args):
         torch.use_deterministic_algorithms(True)
         torch.backends.cudnn.deterministic = True
         torch.backends.cudnn.benchmark = False
+    if args.cudnn_benchmark:
+        torch.backends.cudnn.benchmark = True
     model, make_batch, loss_fn = build(torch, args.model, args.preset, torch.device("cuda", 0))
     losses, times = train(torch, model, make_batch, loss_fn, args.steps, args.deterministic)
     timed = times[args.warmup:] or times
     result = {
         "model": args.model, "allocator": args.allocator, "preset": args.preset,
         "steps": args.steps, "warmup": args.warmup, "deterministic": args.deterministic,
+        "cudnn_benchmark": args.cudnn_benchmark,
         "losses": [float(v).hex() for v in losses.tolist()],
         "step_ms_median": statistics.median(timed),
         "step_ms_p90": sorted(timed)[min(len(timed) - 1, int(0.9 * len(timed)))],
@@ -194,6 +201,8 @@ def parse(argv=None):
     ap.add_argument("--warmup", type=int, default=0, help="steps left out of the step times")
     ap.add_argument("--preset", choices=tuple(PRESETS), default="test")
     ap.add_argument("--deterministic", action="store_true")
+    ap.add_argument("--cudnn-benchmark", action="store_true",
+                    help="torch.backends.cudnn.benchmark = True (after --deterministic)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--spool-conf", default=None, help="config text for spool (on SPOOL_CONF)")
     ap.add_argument("--lib", default=None, help="path of libspool_torch.so")

@@ -312,22 +312,27 @@ void spool_torch_empty_cache(void) {
 
 void spool_torch_init(int device_count) { atomic_store(&g.device_count, device_count); }
 
-static spool_status set_fraction(double fraction, int device) {
-  static const char ctx[] = "spool_torch_set_memory_fraction";
-  if (!(fraction >= 0.0 && fraction <= 1.0)) /* NaN too */
-    return failf(SPOOL_ERR_INVALID, "%s: fraction %g is not between 0 and 1", ctx, fraction);
-  spool_status s = check_device(device, ctx);
+/* cudaMemGetInfo of device (checked by the caller), with the caller's device kept. */
+static spool_status device_memory(int device, size_t *free_b, size_t *total_b, const char *ctx) {
   int saved = device;
-  if (s == SPOOL_OK) s = enter_device(device, &saved, ctx);
+  spool_status s = enter_device(device, &saved, ctx);
   if (s != SPOOL_OK) return s;
-  size_t free_b = 0, total_b = 0;
-  cudaError_t err = cudaMemGetInfo(&free_b, &total_b);
+  cudaError_t err = cudaMemGetInfo(free_b, total_b);
   if (err != cudaSuccess) {
     spool__clear_cuda_error();
     s = failf(SPOOL_ERR_CUDA, "%s: cudaMemGetInfo on device %d failed: %s", ctx, device,
               cudaGetErrorName(err));
   }
-  s = leave_device(device, saved, s, ctx);
+  return leave_device(device, saved, s, ctx);
+}
+
+static spool_status set_fraction(double fraction, int device) {
+  static const char ctx[] = "spool_torch_set_memory_fraction";
+  if (!(fraction >= 0.0 && fraction <= 1.0)) /* NaN too */
+    return failf(SPOOL_ERR_INVALID, "%s: fraction %g is not between 0 and 1", ctx, fraction);
+  spool_status s = check_device(device, ctx);
+  size_t free_b = 0, total_b = 0;
+  if (s == SPOOL_OK) s = device_memory(device, &free_b, &total_b, ctx);
   if (s != SPOOL_OK) return s;
   device_slot *d = &g.dev[device];
   atomic_store(&d->total, (uint64_t)total_b);
@@ -373,6 +378,81 @@ int spool_torch_stats_json(int device, char *buf, size_t len) {
   s = spool_stats_json(pool, buf, len);
   if (s != SPOOL_OK) return (int)failf(s, "%s: %s", ctx, spool_last_error());
   return (int)append_plugin_keys(device, buf, len);
+}
+
+int spool_torch_counters_get(int device, spool_torch_counters *out) {
+  static const char ctx[] = "spool_torch_counters_get";
+  if (!out || out->size < sizeof *out)
+    return (int)failf(SPOOL_ERR_INVALID, "%s: out is NULL or out->size is not set to "
+                      "sizeof(spool_torch_counters) (%zu)", ctx, sizeof *out);
+  spool_status s = check_device(device, ctx);
+  if (s != SPOOL_OK) return (int)s;
+  size_t size = out->size;
+  memset(out, 0, sizeof *out);
+  out->size = size;
+  spool_pool *pool = existing_pool(device);
+  if (!pool) return SPOOL_OK;
+  spool_stats st;
+  s = spool_stats_get(pool, &st);
+  if (s != SPOOL_OK) return (int)failf(s, "%s: %s", ctx, spool_last_error());
+  out->bytes_in_use = st.bytes_in_use;
+  out->bytes_in_use_peak = st.bytes_in_use_peak;
+  out->buffers_in_use = st.buffers_in_use;
+  out->buffers_in_use_peak = st.buffers_in_use_peak;
+  out->bytes_reserved = st.bytes_reserved;
+  out->bytes_reserved_peak = st.bytes_reserved_peak;
+  out->bytes_allocated = st.bytes_allocated;
+  out->allocs = st.allocs;
+  out->frees = st.frees;
+  out->ooms = st.ooms;
+  out->oom_retries = st.oom_retries;
+  out->chunk_allocs = st.chunk_allocs;
+  out->chunk_frees = st.chunk_frees;
+  out->bytes_cached = st.bytes_cached;
+  out->largest_free_block = st.largest_free_block;
+  out->torch_bytes_in_use = atomic_load(&g.dev[device].in_use);
+  return SPOOL_OK;
+}
+
+int spool_torch_reset_peaks(int device) {
+  spool_status s = check_device(device, "spool_torch_reset_peaks");
+  spool_pool *pool = s == SPOOL_OK ? existing_pool(device) : NULL;
+  if (pool && (s = spool_stats_reset_peaks(pool)) != SPOOL_OK) fail_spool(s);
+  return (int)s;
+}
+
+static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+int spool_torch_cache_info(int device, size_t *largest) {
+  static const char ctx[] = "spool_torch_cache_info";
+  if (!largest) return (int)failf(SPOOL_ERR_INVALID, "%s: largest is NULL", ctx);
+  spool_status s = check_device(device, ctx);
+  uint64_t guess = *largest;
+  size_t free_b = 0, total_b = 0;
+  if (s == SPOOL_OK && guess == 0 && (s = device_memory(device, &free_b, &total_b, ctx)) ==
+      SPOOL_OK)
+    guess = free_b;
+  if (s != SPOOL_OK) return (int)s;
+  spool_pool *pool = existing_pool(device);
+  if (pool) {
+    spool_stats st;
+    if ((s = spool_stats_get(pool, &st)) != SPOOL_OK)
+      return (int)failf(s, "%s: %s", ctx, spool_last_error());
+    guess = max_u64(guess, st.largest_free_block);
+    uint64_t max_size = spool_pool_config(pool)->max_size; /* 0: no limit */
+    if (max_size) { /* new chunks fit in what max_size leaves; the idle block is there already */
+      uint64_t room = max_size > st.bytes_reserved ? max_size - st.bytes_reserved : 0;
+      guess = min_u64(guess, max_u64(room, st.largest_free_block));
+    }
+  }
+  device_slot *d = &g.dev[device];
+  if (atomic_load(&d->limited)) {
+    uint64_t limit = atomic_load(&d->limit), used = atomic_load(&d->in_use);
+    guess = min_u64(guess, limit > used ? limit - used : 0);
+  }
+  *largest = (size_t)guess;
+  return SPOOL_OK;
 }
 
 /* ---- tests ----------------------------------------------------------------------------------- */

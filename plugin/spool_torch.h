@@ -25,6 +25,7 @@
 #define SPOOL_TORCH_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <cuda_runtime_api.h>
 
@@ -112,6 +113,45 @@ SPOOL_TORCH_API int spool_torch_try_alloc(void **out, size_t size, int device,
  * device yet (it is made at the device's first allocation), len too small: the message gives
  * the size needed, and buf holds ""); SPOOL_ERR_CUDA. Thread safe; buf stays the caller's. */
 SPOOL_TORCH_API int spool_torch_stats_json(int device, char *buf, size_t len);
+
+/* ---- what spool's allocator class for PyTorch calls (python/spool/_torch_native.cpp) --------- */
+
+/* spool's counters of a device's pool and the plug-in's, as PyTorch's memory statistics read
+ * them (torch.cuda.memory_stats and the functions on it). A struct of this header rather than
+ * spool_stats, so that the class, built against the installed PyTorch on the user's machine,
+ * needs only this file. Fields may be appended: size says how many the caller knows. */
+typedef struct spool_torch_counters {
+  size_t size;                  /* set by the caller to sizeof(spool_torch_counters) */
+  uint64_t bytes_in_use, bytes_in_use_peak;       /* spool_stats's fields of the same names ... */
+  uint64_t buffers_in_use, buffers_in_use_peak;
+  uint64_t bytes_reserved, bytes_reserved_peak;
+  uint64_t bytes_allocated;                       /* asked by all allocations since create */
+  uint64_t allocs, frees, ooms, oom_retries;
+  uint64_t chunk_allocs, chunk_frees;
+  uint64_t bytes_cached, largest_free_block;      /* ... to here */
+  uint64_t torch_bytes_in_use;                    /* as in spool_torch_stats_json */
+} spool_torch_counters;
+
+/* Fills *out with device's counters; all zero (size kept) when the device has no pool yet, as
+ * PyTorch reports a device it has not allocated on. Returns SPOOL_OK; SPOOL_ERR_INVALID (out
+ * NULL, out->size smaller than this struct, device out of range); SPOOL_ERR_CUDA (the pool's
+ * attributes could not be read). The message is in spool_torch_last_error(). Thread safe. */
+SPOOL_TORCH_API int spool_torch_counters_get(int device, spool_torch_counters *out);
+
+/* torch.cuda.reset_peak_memory_stats: spool_stats_reset_peaks on device's pool (every peak
+ * becomes its current value, the pool's high-water marks included). No pool yet: SPOOL_OK,
+ * nothing to do. Returns what spool_stats_reset_peaks returns, and SPOOL_ERR_INVALID for a
+ * device out of range. Thread safe. */
+SPOOL_TORCH_API int spool_torch_reset_peaks(int device);
+
+/* The caching allocator's cacheInfo, which cuDNN's benchmark reads to bound the workspace of
+ * the algorithms it tries: *largest becomes the largest allocation device's pool could serve
+ * now. Started from *largest as passed, or, when that is 0, from the device's free memory
+ * (cudaMemGetInfo), as PyTorch's own allocator starts; raised to the pool's largest idle block
+ * (largest_free_block), then capped by what max_size leaves the pool to reserve and by the
+ * memory-fraction limit. Returns SPOOL_OK; SPOOL_ERR_INVALID (largest NULL, device out of
+ * range); SPOOL_ERR_CUDA. Thread safe. */
+SPOOL_TORCH_API int spool_torch_cache_info(int device, size_t *largest);
 
 /* This thread's last failure of a plug-in function, in words ("" if none): the message of the
  * last status other than SPOOL_OK, or of the last exception thrown. Thread-local storage owned

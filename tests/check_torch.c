@@ -566,6 +566,96 @@ START_TEST(stats_json_arguments) {
 }
 END_TEST
 
+/* ---- what the allocator class for PyTorch reads (python/spool/_torch_native.cpp) ------------- */
+
+static spool_torch_counters counters_of(int device) {
+  spool_torch_counters c = {.size = sizeof c};
+  int s = spool_torch_counters_get(device, &c);
+  ck_assert_msg(s == SPOOL_OK, "spool_torch_counters_get(%d): %s", device,
+                spool_torch_last_error());
+  return c;
+}
+
+/* The counters are spool's stats: PyTorch's memory_stats() must agree with spool.torch.stats(). */
+START_TEST(counters_are_spools_stats) {
+  spool_torch_counters c = counters_of(0); /* no pool yet: zeros, as PyTorch reports */
+  ck_assert_uint_eq(c.size, sizeof c);
+  ck_assert_uint_eq(c.allocs + c.bytes_reserved + c.bytes_reserved_peak, 0);
+  cudaStream_t s = test_stream_create();
+  void *a = torch_alloc(3 * MiB, 0, s);
+  void *b = torch_alloc(1000, 0, s);
+  spool_torch_free(b, 1000, 0, s);
+  c = counters_of(0);
+  const char *json = stats_of(0);
+  ck_assert_uint_eq(c.bytes_in_use, 3 * MiB);
+  ck_assert_uint_eq(c.bytes_in_use_peak, 3 * MiB + 1000);
+  ck_assert_uint_eq(c.bytes_allocated, 3 * MiB + 1000);
+  ck_assert_uint_eq(c.buffers_in_use, 1);
+  ck_assert_uint_eq(c.allocs, 2);
+  ck_assert_uint_eq(c.frees, 1);
+  ck_assert_uint_eq(c.torch_bytes_in_use, 3 * MiB);
+  ck_assert_uint_eq(c.bytes_reserved, json_u64(json, "bytes_reserved"));
+  ck_assert_uint_eq(c.bytes_reserved_peak, json_u64(json, "bytes_reserved_peak"));
+  ck_assert_uint_eq(c.largest_free_block, json_u64(json, "largest_free_block"));
+  ck_assert_uint_eq(c.chunk_allocs, json_u64(json, "chunk_allocs"));
+  ck_assert_int_eq(spool_torch_reset_peaks(0), SPOOL_OK);
+  c = counters_of(0);
+  ck_assert_uint_eq(c.bytes_in_use_peak, 3 * MiB);
+  ck_assert_uint_eq(c.bytes_reserved_peak, c.bytes_reserved);
+  spool_torch_free(a, 3 * MiB, 0, s);
+  CK_CUDA(cudaStreamSynchronize(s));
+  test_stream_destroy(s);
+  torch_end();
+}
+END_TEST
+
+START_TEST(counters_arguments) {
+  spool_torch_counters c = {.size = sizeof c - 1};
+  ck_assert_int_eq(spool_torch_counters_get(0, &c), SPOOL_ERR_INVALID);
+  CK_TORCH_ERROR_HAS("sizeof(spool_torch_counters)");
+  ck_assert_int_eq(spool_torch_counters_get(0, NULL), SPOOL_ERR_INVALID);
+  c.size = sizeof c;
+  ck_assert_int_eq(spool_torch_counters_get(-1, &c), SPOOL_ERR_INVALID);
+  CK_TORCH_ERROR_HAS("out of range");
+  ck_assert_int_eq(spool_torch_reset_peaks(SPOOL_TORCH_MAX_DEVICES), SPOOL_ERR_INVALID);
+  ck_assert_int_eq(spool_torch_reset_peaks(0), SPOOL_OK); /* no pool: nothing to reset */
+  ck_assert_int_eq(spool_torch_cache_info(0, NULL), SPOOL_ERR_INVALID);
+  torch_end();
+}
+END_TEST
+
+/* cuDNN's benchmark bounds its workspaces by cacheInfo: the device's free memory to start with,
+ * as PyTorch's allocator answers; then no more than max_size and the memory fraction leave. */
+START_TEST(cache_info_bounds_what_could_be_served) {
+  size_t largest = 0;
+  ck_assert_int_eq(spool_torch_cache_info(0, &largest), SPOOL_OK);
+  size_t free_b = 0, total_b = 0;
+  CK_CUDA(cudaMemGetInfo(&free_b, &total_b));
+  ck_assert_uint_eq(largest, free_b);
+  largest = 5 * MiB; /* the caller's guess is kept when nothing caps it */
+  ck_assert_int_eq(spool_torch_cache_info(0, &largest), SPOOL_OK);
+  ck_assert_uint_eq(largest, 5 * MiB);
+  ck_assert_int_eq(spool_torch_configure("max_size=256MiB"), SPOOL_OK);
+  cudaStream_t s = test_stream_create();
+  void *a = torch_alloc(1 * MiB, 0, s);
+  spool_torch_free(a, 1 * MiB, 0, s); /* idle now, in a heap chunk */
+  CK_CUDA(cudaStreamSynchronize(s));
+  spool_torch_counters c = counters_of(0);
+  ck_assert_uint_gt(c.largest_free_block, 0);
+  largest = 0;
+  ck_assert_int_eq(spool_torch_cache_info(0, &largest), SPOOL_OK);
+  ck_assert_uint_eq(largest, 256 * MiB - c.bytes_reserved > c.largest_free_block
+                                 ? 256 * MiB - c.bytes_reserved : c.largest_free_block);
+  spool_torch_set_memory_fraction((double)(64 * MiB) / (double)total_b, 0);
+  largest = 0;
+  ck_assert_int_eq(spool_torch_cache_info(0, &largest), SPOOL_OK);
+  ck_assert_uint_le(largest, 64 * MiB);
+  ck_assert_uint_ge(largest, 64 * MiB - 1);
+  test_stream_destroy(s);
+  torch_end();
+}
+END_TEST
+
 /* ---- the suite ------------------------------------------------------------------------------- */
 
 static TCase *torch_tcase(const char *name) {
@@ -608,6 +698,11 @@ static Suite *torch_suite(void) {
   tcase_add_test(tc, config_device_ignored);
   tcase_add_test(tc, config_plugin_defaults);
   tcase_add_test(tc, stats_json_arguments);
+  suite_add_tcase(s, tc);
+  tc = torch_tcase("native_class");
+  tcase_add_test(tc, counters_are_spools_stats);
+  tcase_add_test(tc, counters_arguments);
+  tcase_add_test(tc, cache_info_bounds_what_could_be_served);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""ctest torch_pytest (label gpu): pytest on test_spool_torch.py, never a false pass.
+"""ctest torch_pytest and torch_native_pytest (label gpu): pytest on test_spool_torch.py (or the
+file after --file, e.g. test_torch_native.py), never a false pass.
 
 Exits 77, which CTest reports as skipped, with the reason, where pytest, torch or a CUDA device
 is missing. Otherwise runs pytest in a child process (so this one never initializes CUDA) and
 fails when any test failed, errored or was skipped: once torch and a device are here, a skipped
-test would hide that nothing was checked. Arguments go to pytest (e.g. -k oom).
+test would hide that nothing was checked. Other arguments go to pytest (e.g. -k oom).
 """
 import os
 import subprocess
@@ -45,14 +46,22 @@ def counts(junit):
     return total, bad, skipped
 
 
+def test_file(argv):
+    """(the test file, pytest's arguments) from argv: `--file NAME` picks the file."""
+    if len(argv) >= 2 and argv[0] == "--file":
+        return argv[1], argv[2:]
+    return "test_spool_torch.py", argv
+
+
 def main():
+    name, args = test_file(sys.argv[1:])
     torch = preconditions()
     print(f"torch {torch.__version__} (CUDA {torch.version.cuda}), {sys.executable}, "
           f"library {os.environ.get('SPOOL_TORCH_LIB', '(found by spool_torch)')}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         junit = os.path.join(tmp, "junit.xml")
         cmd = [sys.executable, "-m", "pytest", "-v", "-rs", "-p", "no:cacheprovider",
-               f"--junitxml={junit}", os.path.join(HERE, "test_spool_torch.py"), *sys.argv[1:]]
+               f"--junitxml={junit}", os.path.join(HERE, name), *args]
         rc = subprocess.call(cmd)
         if rc != 0:
             return rc

@@ -138,7 +138,8 @@ class Helper(unittest.TestCase):
                      "spool_torch_empty_cache", "spool_torch_init",
                      "spool_torch_set_memory_fraction", "spool_torch_configure",
                      "spool_torch_stats_json", "spool_torch_last_error", "spool_torch_version",
-                     "spool_torch_try_alloc"):
+                     "spool_torch_try_alloc", "spool_torch_counters_get",
+                     "spool_torch_reset_peaks", "spool_torch_cache_info"):
             self.assertTrue(hasattr(cdll, name), name)
         for name in ("spool_alloc", "spool_pool_create", "spool__torch_throw",
                      "spool__torch_forget"):
@@ -162,15 +163,20 @@ class Helper(unittest.TestCase):
         with self.assertRaises(ValueError):
             spool_torch.stats("cpu")
 
-    def run_with_fake_torch(self, code):
-        """code after `import torch, spool_torch` with the stand-in torch; its printed lines."""
+    def run_with_fake_torch(self, code, native="0"):
+        """code after `import torch, spool_torch` with the stand-in torch; its printed lines.
+        native: SPOOL_TORCH_NATIVE for the child (the stand-in has no cpp_extension: "0" takes
+        the pluggable path without the warning; None leaves the choice to install())."""
         with tempfile.TemporaryDirectory() as d:
             os.mkdir(os.path.join(d, "torch"))
             with open(os.path.join(d, "torch", "__init__.py"), "w") as f:
                 f.write(FAKE_TORCH)
             head = f"import sys; sys.path[:0] = [{d!r}, {PYTHON_DIR!r}]\n" \
                    "import ctypes, torch, spool_torch\n"
-            rc, out = run_python(head + code, dict(os.environ))
+            env = {k: v for k, v in os.environ.items() if k != "SPOOL_TORCH_NATIVE"}
+            if native is not None:
+                env["SPOOL_TORCH_NATIVE"] = native
+            rc, out = run_python(head + code, env)
             self.assertEqual(rc, 0, out)
             return out.splitlines()
 
@@ -227,6 +233,54 @@ class Helper(unittest.TestCase):
             "print(torch.cuda.memory.current is not None)\n")
         self.assertIn("ValueError: config line 1: unknown key 'bogus'", out[0])
         self.assertEqual(out[1:], ["True", "True"])
+
+    def test_install_without_the_class_warns_once_and_takes_the_pluggable_path(self):
+        out = self.run_with_fake_torch(
+            "import warnings\n"
+            "with warnings.catch_warnings(record=True) as w:\n"
+            "    warnings.simplefilter('always')\n"
+            "    path = spool_torch.install()\n"
+            "    spool_torch.install()\n"
+            "print(len(w), w[0].category.__name__ if w else None)\n"
+            "print(w[0].message if w else '')\n"
+            "print(torch.cuda.memory.current.names, spool_torch.native())\n", native=None)
+        self.assertEqual(out[0], "1 RuntimeWarning")
+        self.assertIn("torch.utils.cpp_extension cannot be imported", out[1])
+        self.assertIn("install(native=False) or SPOOL_TORCH_NATIVE=0", out[1])
+        self.assertEqual(out[2], "('spool_torch_alloc', 'spool_torch_free') False")
+
+    def test_install_native_true_without_the_class_is_an_error(self):
+        out = self.run_with_fake_torch(
+            "for how in ('argument', 'env'):\n"
+            "    try:\n"
+            "        spool_torch.install(native=True) if how == 'argument' else "
+            "spool_torch.install()\n"
+            "    except RuntimeError as e:\n"
+            "        print(how, e)\n"
+            "print(torch.cuda.memory.current is None)\n", native="1")
+        for line, how in zip(out, ("argument", "env")):
+            self.assertTrue(line.startswith(how + " spool.torch.install(native=True): "), line)
+            self.assertIn("cpp_extension cannot be imported", line)
+        self.assertEqual(out[2], "True")
+
+    def test_class_source_and_header_ship_with_the_package(self):
+        from spool import _native
+        self.assertTrue(os.path.isfile(_native.SOURCE), _native.SOURCE)
+        self.assertTrue(os.path.isfile(os.path.join(_native.header_dir(), _native.HEADER)))
+        with open(_native.SOURCE) as f:
+            text = f.read()
+        for name in ("spool_torch_native_install", "spool_torch_native_active",
+                     "spool_torch_native_alloc_address", "checkPoolLiveAllocations",
+                     "cacheInfo", "getDeviceStats"):
+            self.assertIn(name, text)
+
+    def test_native_env_values(self):
+        out = self.run_with_fake_torch(
+            "try:\n"
+            "    spool_torch.install()\n"
+            "except ValueError as e:\n"
+            "    print(e)\n", native="maybe")
+        self.assertEqual(out, ["SPOOL_TORCH_NATIVE='maybe': use 1, 0 or auto"])
 
     def test_install_without_torch(self):
         try:

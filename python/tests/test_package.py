@@ -4,8 +4,9 @@
 Installs the source tree with pip into a temporary folder (--target: no venv to make, nothing
 of this machine's Python touched), then, in a fresh interpreter that sees only that folder and
 no SPOOL_TORCH_LIB: `import spool`, spool.__version__ is the project's version (argument 2,
-CMake's PROJECT_VERSION) and the library's, the library is found inside the package, the
-install holds only the package and its metadata, stats() says there is no pool yet, and
+CMake's PROJECT_VERSION) and the library's, the library is found inside the package, so are
+the allocator class's source and header (spool.torch imports without PyTorch), the install holds
+only the package and its metadata, stats() says there is no pool yet, and
 spool.cupy / spool.numba raise ImportError naming CuPy / Numba when those are absent.
 
 scikit-build-core already importable here: it is used as it is (--no-build-isolation: fast, no
@@ -31,6 +32,10 @@ CHECK = r"""
 import json, os, sys
 import spool
 out = {"version": spool.__version__, "file": spool.__file__, "lib": spool.library_path()}
+import spool.torch, spool._native  # without PyTorch too: torch is imported by install()
+out["native_source"] = spool._native.SOURCE if os.path.isfile(spool._native.SOURCE) else None
+out["native_header_dir"] = spool._native.header_dir()
+out["native_before_install"] = spool.torch.native()
 try:
     spool.stats(0)
 except RuntimeError as e:
@@ -89,6 +94,14 @@ def main():
             problems.append(f"spool was imported from {got['file']}, not from {package}")
         if got["lib"] != os.path.join(package, "libspool_torch.so"):
             problems.append(f"the library found is {got['lib']}, not the package's own")
+        if got["native_source"] != os.path.join(package, "_torch_native.cpp"):
+            problems.append(f"the allocator class's source is not in the package: "
+                            f"{got['native_source']!r}")
+        if got["native_header_dir"] != package:
+            problems.append(f"spool_torch.h is found in {got['native_header_dir']}, not in the "
+                            "package")
+        if got["native_before_install"] is not False:
+            problems.append(f"spool.torch.native() before install: {got['native_before_install']}")
         if "no pool on device 0 yet" not in got.get("stats", ""):
             problems.append(f"stats(0) without a pool: {got.get('stats')!r}")
         for name, words in (("cupy", "spool.cupy needs CuPy"),
