@@ -25,7 +25,6 @@ import spool  # noqa: E402
 SCENARIOS = os.path.join(HERE, "torch_native_scenarios.py")
 PLUGIN_SCENARIOS = os.path.join(HERE, "torch_scenarios.py")
 
-GRAPH_TREES = "CUDA graph trees (torch.compile with mode=\"reduce-overhead\") are not supported"
 
 
 @pytest.fixture(scope="module")
@@ -65,9 +64,16 @@ def test_cudnn_benchmark_conv_trains_like_native(env):
     if first is not None:  # the allocator, or cuDNN timing its algorithms differently?
         again = first_difference(native["losses"], run(env, *args, "--allocator",
                                                        "native")["losses"])
-        pytest.fail(f"step {first}: native {native['losses'][first]}, spool "
-                    f"{spool_run['losses'][first]}; a second native run "
-                    + ("matches the first" if again is None else f"differs from step {again}"))
+        if again is None:
+            pytest.fail(f"step {first}: native {native['losses'][first]}, spool "
+                        f"{spool_run['losses'][first]}, and a second native run matches the "
+                        f"first: the difference is spool's")
+        # Benchmark mode times cuDNN's algorithms and may pick others from run to run: two
+        # native runs differ in their bits too (measured on the H200), so spool's losses are
+        # held to what such a choice moves, not to the bit.
+        reference = [float.fromhex(h) for h in native["losses"]]
+        worst = max(abs(a - b) / abs(b) for a, b in zip(losses, reference))
+        assert worst < 1e-2, f"spool's losses differ from native's by up to {worst:.2e}"
     assert spool_run["spool_stats"]["free_failures"] == 0
 
 
@@ -134,12 +140,10 @@ def test_free_of_outside_memory_during_capture_waits_for_its_end(env):
 def test_compile_reduce_overhead_matches_eager_or_says_why_not(env):
     r = scenario(env, "compile")
     assert r["native"] is True
-    e = r["raised"]
-    if e is not None:  # graph trees need the caching allocator's checkpoints: the clear error
-        assert GRAPH_TREES in e["msg"], e
-        assert "graph-owned memory" in e["msg"], e
-    else:
-        assert r["match"] == [True] * 4, r
+    assert r["raised"] is None, r["raised"]
+    assert r["trees"] is False  # install() chose Inductor's plain CUDA graphs
+    assert r["cudagraph_skips"] == 0, r  # the graphs were made, not skipped for eager
+    assert r["match"] == [True] * 4, r
 
 
 # ---- what the class keeps from the plug-in ------------------------------------------------------

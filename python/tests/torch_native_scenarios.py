@@ -137,6 +137,11 @@ def scenario_compile():
     if out["raised"] is None:
         out["match"] = [bool(torch.allclose(a, b, rtol=1e-4, atol=1e-5))
                         for a, b in zip(eager, got)]
+    import torch._inductor.config as inductor
+    from torch._dynamo.utils import counters
+    out["trees"] = inductor.triton.cudagraph_trees
+    out["cudagraph_skips"] = sum(counters["inductor"].get(k, 0) for k in counters["inductor"]
+                                 if "cudagraph_skips" in k)
     return out
 
 
