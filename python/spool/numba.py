@@ -38,12 +38,19 @@ def _device_pointer(ptr):
     return ctypes.c_uint64(ptr)
 
 
-def _forget(allocations, ptr):
-    """The finalizer Numba calls once an array is gone (deferred, in batches): dropping the
-    owner frees the buffer. A context reset may have cleared allocations first (at exit)."""
-    def finalizer():
+def _forget(manager, ptr, size):
+    """The finalizer Numba calls once an array is gone: the free joins Numba's pending
+    deallocations, as its own allocator's do, so that it waits under cuda.defer_cleanup() and
+    goes in Numba's batches; dropping the owner then frees the buffer. A context reset may have
+    cleared the allocations first (at exit)."""
+    allocations = manager.allocations
+
+    def drop(key):
         if allocations:
-            allocations.pop(ptr, None)
+            allocations.pop(key, None)
+
+    def finalizer():
+        manager.deallocations.add_item(drop, ptr, size)
     return finalizer
 
 
@@ -66,7 +73,7 @@ class SpoolNumbaManager(HostOnlyCUDAMemoryManager):
             return MemoryPointer(self.context, _device_pointer(0), size)
         self.allocations[buf.ptr] = buf
         return MemoryPointer(self.context, _device_pointer(buf.ptr), size,
-                             finalizer=_forget(self.allocations, buf.ptr))
+                             finalizer=_forget(self, buf.ptr, size))
 
     def get_memory_info(self):
         """(free, total) bytes of the device, from spool's stats; NotImplementedError before the

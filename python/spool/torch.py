@@ -51,10 +51,12 @@ cudaMemPool. spool keeps one pool for every size, reported as PyTorch's large po
 "all"); the small-pool figures, segments and inactive splits are zero. The counters include
 what CuPy and Numba allocate from the same pool.
 
-torch.compile(mode="reduce-overhead") runs on Inductor's plain CUDA graphs, which install()
-chooses: CUDA graph trees (Inductor's default) checkpoint and rebuild the caching allocator's
-blocks of a pool, and graph-owned memory has none; turned back on, they fail. memory_snapshot()
-and the memory history are PyTorch's own.
+Not working yet: torch.compile(mode="reduce-overhead"). On the H200 (torch 2.11) it fails in
+its first recording with "CUDA driver error: invalid argument", with CUDA graph trees (which
+would also need the caching allocator's checkpoints, which graph-owned memory lacks: the class
+refuses those with a RuntimeError naming why) and with Inductor's plain CUDA graphs alike; use
+mode="max-autotune-no-cudagraphs" or torch.cuda.graph. memory_snapshot() and the memory history
+are PyTorch's own.
 
 torch is imported by install(), not by this module, so it loads on machines without PyTorch.
 """
@@ -192,24 +194,8 @@ def install(conf=None, lib=None, native=None):
             _swap(lambda: _native.install(built))
         else:
             _install_pluggable(torch, cdll, path)
-        _plain_cuda_graphs_for_compile()
         _installed, _class = (conf, path), built
         return path
-
-
-def _plain_cuda_graphs_for_compile():
-    """torch.compile(mode="reduce-overhead") records CUDA graph trees by default, which rebuild
-    the caching allocator's own blocks between recordings (checkpoints): spool's memory under a
-    capture is the graph's, and has none. Inductor's plain CUDA graphs (torch.cuda.graph, whose
-    pools spool serves) do the same job, so they are chosen here; a program that turns the trees
-    back on gets spool's error naming why."""
-    try:
-        import torch._inductor.config as inductor
-    except Exception:  # no inductor in this PyTorch: no torch.compile to adjust
-        return
-    triton = getattr(inductor, "triton", None)
-    if triton is not None and hasattr(triton, "cudagraph_trees"):
-        triton.cudagraph_trees = False
 
 
 def native():

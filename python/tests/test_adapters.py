@@ -48,8 +48,15 @@ managers = []
 set_memory_manager = managers.append
 class _Pending:
     cleared = 0
+    def __init__(self):
+        self.items = []
+    def add_item(self, dtor, handle, size=1):
+        self.items.append((dtor, handle, size))
     def clear(self):
         self.cleared += 1
+        for dtor, handle, _ in self.items:
+            dtor(handle)
+        self.items = []
 class HostOnlyCUDAMemoryManager:
     def __init__(self, context):
         self.context, self.allocations, self.deallocations = context, {}, _Pending()
@@ -145,6 +152,18 @@ class Adapters(unittest.TestCase):
         finally:
             driver.USE_NV_BINDING = saved
             del driver.binding
+
+    def test_numba_frees_wait_in_numbas_pending_deallocations(self):
+        import spool.numba
+        context = types.SimpleNamespace(device=types.SimpleNamespace(id=0))
+        m = spool.numba.SpoolNumbaManager(context=context)
+        m.allocations[0x1000] = "a buffer"
+        finalizer = spool.numba._forget(m, 0x1000, 4096)
+        finalizer()  # the array is gone: the free is pending, under defer_cleanup too
+        self.assertEqual(m.allocations, {0x1000: "a buffer"})
+        self.assertEqual(m.deallocations.items[0][1:], (0x1000, 4096))
+        m.deallocations.clear()  # Numba's batch: now the owner goes, and the buffer with it
+        self.assertEqual(m.allocations, {})
 
     def test_import_without_the_framework_names_it(self):
         for name, words in (("cupy", "spool.cupy needs CuPy"),

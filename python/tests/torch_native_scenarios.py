@@ -139,7 +139,7 @@ def scenario_compile():
                         for a, b in zip(eager, got)]
     import torch._inductor.config as inductor
     from torch._dynamo.utils import counters
-    out["trees"] = inductor.triton.cudagraph_trees
+    out["trees"] = inductor.triton.cudagraph_trees  # Inductor's default: graph trees
     out["cudagraph_skips"] = sum(counters["inductor"].get(k, 0) for k in counters["inductor"]
                                  if "cudagraph_skips" in k)
     return out
