@@ -73,6 +73,8 @@ except NotImplementedError as e:
 with cuda.defer_cleanup():
     del d
     out["in_use_deferred"] = spool.stats(0)["bytes_in_use"]
+import gc
+gc.collect()  # a device array may sit in a reference cycle, which only the collector frees
 cuda.current_context().deallocations.clear()
 cuda.synchronize()
 out["in_use_after"] = spool.stats(0)["bytes_in_use"]
