@@ -168,6 +168,7 @@ static inline void make_live(spool_pool *p, spool__scache *c, spool__buffer *b, 
                              cudaStream_t stream, const spool__site *site) {
   b->state = SPOOL__LIVE;
   b->size = size;
+  b->cls = (uint16_t)c->last_cls; /* every hand-out comes from front_alloc, which set it */
   b->stream = stream;
   b->seq = next_seq(p, c);
   b->born = *site;
@@ -473,16 +474,14 @@ static SPOOL__INLINE void count_free(spool_pool *p, spool__scache *c, const spoo
 static SPOOL__INLINE bool front_admits(const spool_pool *p, const spool__scache *c,
                                        const spool__buffer *b) {
   return c->c.bytes_cached + b->bytes <= p->cfg.front_limit ||
-         (c->front_blocks == 0 && spool__class_of(b->size) == c->last_cls);
+         (c->front_blocks == 0 && b->cls == c->last_cls);
 }
 
 /* Under c's lock: the live block b, freed on c's stream, goes into the front bin of the size it
  * was asked for (a repeat of that size finds it). False when the bin cannot grow. */
 static SPOOL__INLINE bool to_bin(spool_pool *p, spool__scache *c, spool__buffer *b,
                           const spool__site *site) {
-  unsigned cls = spool__class_of(b->size);
-  if (!bin_push(c, cls, b->ptr)) return false;
-  b->cls = (uint16_t)cls;
+  if (!bin_push(c, b->cls, b->ptr)) return false;
   b->state = SPOOL__CACHED;
   b->died = *site;
   b->tick = ++c->tick;

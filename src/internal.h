@@ -99,7 +99,7 @@ typedef struct spool__buffer {
   uint64_t born_ns;     /* CLOCK_MONOTONIC at allocation (track=full), for the age */
   uint64_t bytes;       /* heap buffers: the block's size */
   uint64_t tick;        /* heap buffers: the front's free count when the block went there */
-  uint16_t cls;         /* heap buffers: the size class of bytes (its front bin) */
+  uint16_t cls;         /* heap buffers: the size class of size, its front bin once freed */
   uint8_t state;        /* heap buffers: SPOOL__LIVE, or SPOOL__CACHED in a front bin */
   uint8_t graph;        /* allocated during a stream capture: a graph allocation, which
                            only a free in the graph (or after its launch) may free */
