@@ -165,10 +165,10 @@ static inline const void *heap_of(const spool__buffer *b) {
 
 /* Under c's lock: b becomes the caller's buffer. */
 static inline void make_live(spool_pool *p, spool__scache *c, spool__buffer *b, size_t size,
-                             cudaStream_t stream, const spool__site *site) {
+                             unsigned cls, cudaStream_t stream, const spool__site *site) {
   b->state = SPOOL__LIVE;
   b->size = size;
-  b->cls = (uint16_t)c->last_cls; /* every hand-out comes from front_alloc, which set it */
+  b->cls = (uint16_t)cls; /* spool__class_of(size): its front bin once freed */
   b->stream = stream;
   b->seq = next_seq(p, c);
   b->born = *site;
@@ -219,10 +219,10 @@ static inline spool__buffer *pop(spool__scache *c, unsigned cls, size_t size) {
 
 /* Under c's lock: the front block b becomes the caller's buffer. */
 static inline void take_hit(spool_pool *p, spool__scache *c, spool__buffer *b, size_t size,
-                            cudaStream_t stream, const spool__site *site) {
+                            unsigned cls, cudaStream_t stream, const spool__site *site) {
   c->c.hits++;
   c->c.bytes_cached -= b->bytes;
-  make_live(p, c, b, size, stream, site);
+  make_live(p, c, b, size, cls, stream, site);
 }
 
 /* A hit with poisoning: the memset runs without the lock, the block out of its bin meanwhile.
@@ -235,7 +235,7 @@ static spool_status hit_poisoned(spool_pool *p, spool__scache *c, spool__buffer 
   spool_status s = poison_new(p, (void *)u, size, stream);
   front_lock(c);
   b = spool__table_lookup(&c->blocks, u);
-  if (s == SPOOL_OK) take_hit(p, c, b, size, stream, site);
+  if (s == SPOOL_OK) take_hit(p, c, b, size, spool__class_of(size), stream, site);
   else (void)bin_push(c, cls, u);
   front_unlock(c);
   return s;
@@ -291,7 +291,8 @@ static spool_status adopt_locked(spool_pool *p, spool__scache *c, spool__block *
   spool_status s = spool__table_insert(&c->blocks, &b);
   if (s == SPOOL_OK) {
     c->c.misses++;
-    make_live(p, c, spool__table_lookup(&c->blocks, b.ptr), size, stream, site);
+    make_live(p, c, spool__table_lookup(&c->blocks, b.ptr), size, spool__class_of(size), stream,
+              site);
   }
   front_unlock(c);
   if (s != SPOOL_OK) spool__heap_release(p, &c->pend, blk);
@@ -367,7 +368,7 @@ static bool front_alloc(spool_pool *p, void **ptr, size_t size, cudaStream_t str
   c->last_cls = cls;
   spool__buffer *b = pop(c, cls, size);
   uintptr_t u = b ? b->ptr : 0;
-  if (b && !p->cfg.poison) take_hit(p, c, b, size, stream, site);
+  if (b && !p->cfg.poison) take_hit(p, c, b, size, cls, stream, site);
   leave(c, h);
   if (b && p->cfg.poison) *s = hit_poisoned(p, c, b, size, stream, site);
   else if (!b) *s = miss(p, c, ptr, size, stream, site);
