@@ -469,6 +469,8 @@ static const spool__key spool__keys[] = {
      "heap allocations an all-free chunk waits before it goes back to the pool"},
     {"fence_every", &spool__type_fence, SPOOL__AT(fence_every), NULL,
      "heap operations on a stream between the events that let other streams reuse its frees"},
+    {"fence_bytes", &spool__type_size, SPOOL__AT(fence_bytes), NULL,
+     "a free of a heap block this large lets other streams reuse it at once (0: never)"},
     {"capture_check", &spool__type_bool, SPOOL__AT(capture_check), NULL,
      "ask whether the stream is being captured before using the heap"},
     {"cache_owner", &spool__type_bool, SPOOL__AT(cache_owner), NULL,

@@ -131,10 +131,12 @@ static void report_config(const spool_pool *p, FILE *out) {
           (unsigned)c->track < 3 ? tracks[c->track] : "?", c->poison ? "on" : "off",
           c->oom_retries);
   char l[SPOOL__SIZE_TEXT], b[SPOOL__SIZE_TEXT];
+  char f[SPOOL__SIZE_TEXT];
   fprintf(out, "             cache=%s front_limit=%s heap_max_block=%s chunk_idle=%u "
-               "fence_every=%u capture_check=%s cache_owner=%s%s\n",
+               "fence_every=%u fence_bytes=%s capture_check=%s cache_owner=%s%s\n",
           c->cache ? "on" : "off", spool__format_size(c->front_limit, l),
           spool__format_size(c->heap_max_block, b), c->chunk_idle, c->fence_every,
+          spool__format_size(c->fence_bytes, f),
           c->capture_check ? "on" : "off",
           c->cache_owner ? "on" : "off",
           c->cache_owner && !spool__barrier_available() ? " (no barrier here: locks)" : "");

@@ -18,6 +18,14 @@ static void push(maker *m, int kind, uint64_t ptr, uint64_t size) {
   ck_assert_int_eq(tf_push(&m->t, &e), 0);
 }
 
+/* A call on another stream than the maker's own. */
+static void push_on(maker *m, int kind, uint64_t ptr, uint64_t size, uint64_t stream) {
+  m->seq++;
+  tf_event e = {.kind = (uint8_t)kind, .seq = m->seq, .time_ns = m->seq * 1000, .ptr = ptr,
+                .size = size, .stream = stream, .thread = 1, .site = -1};
+  ck_assert_int_eq(tf_push(&m->t, &e), 0);
+}
+
 static uint64_t alloc(maker *m, uint64_t size) {
   m->next_ptr += 1 << 30; /* addresses never reused: no free is mistaken for another's */
   push(m, SPOOL_TRACE_ALLOC, m->next_ptr, size);
@@ -38,6 +46,12 @@ static ad_advice advise(const tf_trace *t) {
   char err[TF_ERR];
   ck_assert_msg(ad_recommend(t, &a, err) == 0, "%s", err);
   return a;
+}
+
+/* The advice proved by replays on cudasim: *d the defaults', *r the advice's. */
+static void prove(const tf_trace *t, ad_advice *a, rp_result *d, rp_result *r) {
+  char err[TF_ERR];
+  ck_assert_msg(ad_prove(t, 0, a, d, r, err) == 0, "%s", err);
 }
 
 START_TEST(advice_reserves_the_working_set_a_program_always_holds) {
@@ -106,8 +120,7 @@ START_TEST(advice_is_proved_by_replays_of_the_defaults_and_of_itself) {
   periodic(&m);
   ad_advice a = advise(&m.t);
   rp_result d, r;
-  char err[TF_ERR];
-  ck_assert_msg(ad_prove(&m.t, 0, &a, &d, &r, err) == 0, "%s", err);
+  prove(&m.t, &a, &d, &r);
   const ad_key *max = key(&a, "max_size");
   ck_assert_uint_ge(max->value, r.peak_reserved);
   ck_assert_ptr_nonnull(strstr(a.config, "max_size="));
@@ -144,8 +157,7 @@ START_TEST(an_idle_bound_that_would_cost_memory_is_left_at_its_default_with_the_
   ad_advice a = advise(&m.t);
   ck_assert_uint_gt(key(&a, "chunk_idle")->value, 256);
   rp_result d, r;
-  char err[TF_ERR];
-  ck_assert_msg(ad_prove(&m.t, 0, &a, &d, &r, err) == 0, "%s", err);
+  prove(&m.t, &a, &d, &r);
   ck_assert_ptr_null(strstr(a.config, "chunk_idle"));
   ck_assert_int_ge(a.nleft, 1);
   ck_assert_str_eq(a.left[a.nleft - 1].key, "chunk_idle");
@@ -172,8 +184,8 @@ START_TEST(the_advised_front_is_the_one_whose_replay_reserves_least) {
   ad_advice a = advise(&m.t);
   uint64_t asked = key(&a, "front_limit")->value;
   rp_result d, r;
+  prove(&m.t, &a, &d, &r);
   char err[TF_ERR];
-  ck_assert_msg(ad_prove(&m.t, 0, &a, &d, &r, err) == 0, "%s", err);
   const ad_key *front = key(&a, "front_limit");
   ck_assert_ptr_nonnull(strstr(front->why, "replays of fronts"));
   for (uint64_t v = asked; v >= SPOOL_FRONT_LIMIT_DEFAULT; v /= 4) {
@@ -187,6 +199,46 @@ START_TEST(the_advised_front_is_the_one_whose_replay_reserves_least) {
                   (unsigned long long)r.peak_reserved);
   }
   ck_assert_uint_le(r.peak_reserved, d.peak_reserved);
+  tf_free(&m.t);
+}
+END_TEST
+
+/* Four streams taking turns, each with two temporaries of 2 to 4 MiB (an image pipeline's
+ * stages): a stream's freed block that goes into the heap waits for the stream's next fence, so
+ * every stream holds a chunk of its own, unless the free of a block that large fences at once. */
+static void streams_taking_turns(maker *m) {
+  for (int i = 0; i < 400; i++) {
+    uint64_t stream = STREAM + (uint64_t)(i % 4) * 0x100, a = m->next_ptr + (1 << 30);
+    uint64_t b = a + (1 << 30);
+    m->next_ptr = b;
+    push_on(m, SPOOL_TRACE_ALLOC, a, 4 * MiB - (uint64_t)(i % 7) * 64 * KiB, stream);
+    push_on(m, SPOOL_TRACE_ALLOC, b, 2 * MiB + (uint64_t)(i % 5) * 64 * KiB, stream);
+    push_on(m, SPOOL_TRACE_FREE, a, 0, stream);
+    push_on(m, SPOOL_TRACE_FREE, b, 0, stream);
+  }
+}
+
+START_TEST(a_trace_of_several_streams_is_advised_the_fence_that_reserves_least) {
+  maker m = {0};
+  streams_taking_turns(&m);
+  ad_advice a = advise(&m.t);
+  rp_result d, r;
+  prove(&m.t, &a, &d, &r);
+  const ad_key *fence = key(&a, "fence_bytes");
+  ck_assert_uint_le(fence->value, 2 * MiB); /* a fence at the temporaries' free */
+  ck_assert_ptr_nonnull(strstr(fence->why, "4 streams"));
+  ck_assert_uint_lt(r.peak_reserved, d.peak_reserved);
+  tf_free(&m.t);
+}
+END_TEST
+
+START_TEST(a_trace_of_one_stream_gets_no_fence_advice) {
+  maker m = {0};
+  two_sets_taking_turns(&m);
+  ad_advice a = advise(&m.t);
+  rp_result d, r;
+  prove(&m.t, &a, &d, &r);
+  ck_assert_ptr_null(strstr(a.config, "fence_bytes"));
   tf_free(&m.t);
 }
 END_TEST
@@ -211,6 +263,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, advice_is_proved_by_replays_of_the_defaults_and_of_itself);
   tcase_add_test(tc, an_idle_bound_that_would_cost_memory_is_left_at_its_default_with_the_reason);
   tcase_add_test(tc, the_advised_front_is_the_one_whose_replay_reserves_least);
+  tcase_add_test(tc, a_trace_of_several_streams_is_advised_the_fence_that_reserves_least);
+  tcase_add_test(tc, a_trace_of_one_stream_gets_no_fence_advice);
   tcase_add_test(tc, advice_of_a_trace_without_allocations_is_refused);
   suite_add_tcase(su, tc);
   return su;

@@ -116,6 +116,33 @@ START_TEST(heap_idle_chunk_goes_back) {
 }
 END_TEST
 
+/* A 16 MiB block freed on one stream, and the rest of its chunk pending there too: with
+ * fence_bytes the free records the stream's fence at once, so another stream's 16 MiB request is
+ * served from that chunk once the first stream's work is done; without it, the other stream
+ * cannot know that yet and takes a chunk of its own. */
+START_TEST(heap_large_free_reaches_another_stream_with_fence_bytes) {
+  for (int with = 0; with < 2; with++) {
+    spool_pool *p = test_pool_with(with ? "fence_bytes=8MiB, front_limit=0" : "front_limit=0");
+    cudaStream_t s1 = test_stream_create(), s2 = test_stream_create();
+    void *a = test_alloc_on(p, 16 * MiB, s1);
+    void *x = test_alloc_on(p, 8 * KiB, s1); /* another size last: a's free goes to the heap */
+    CK_SPOOL(spool_free(p, a, s1));
+    CK_CUDA(cudaStreamSynchronize(s1)); /* what was queued before the free is done */
+    void *b = test_alloc_on(p, 16 * MiB, s2);
+    spool_stats st = test_stats(p);
+    ck_assert_uint_eq(st.chunk_allocs, with ? 2 : 3); /* a's chunk and x's, and one for b */
+    if (with) ck_assert_msg(b == a || b == AT(a, 16 * MiB), "b %p not in a's chunk %p", b, a);
+    ck_assert_uint_ge(st.fences, with ? 1 : 0);
+    heap_ok(p);
+    CK_SPOOL(spool_free(p, b, s2));
+    CK_SPOOL(spool_free(p, x, s1));
+    test_pool_destroy(p);
+    test_stream_destroy(s1);
+    test_stream_destroy(s2);
+  }
+}
+END_TEST
+
 /* spool_trim gives back every chunk with nothing in use, and the pool's reservation with it. */
 START_TEST(heap_trim_returns_free_chunks_and_keeps_used_ones) {
   spool_pool *p = test_pool_with(NULL);
@@ -388,6 +415,7 @@ static Suite *heap_suite(void) {
   tcase_add_test(tc, heap_bands_keep_small_blocks_out_of_large_chunks);
   tcase_add_test(tc, heap_idle_chunk_goes_back);
   tcase_add_test(tc, heap_trim_returns_free_chunks_and_keeps_used_ones);
+  tcase_add_test(tc, heap_large_free_reaches_another_stream_with_fence_bytes);
   tcase_add_test(tc, heap_peak_holds_across_streams);
   tcase_add_test(tc, heap_report_lists_streams);
   tcase_add_test(tc, heap_refusals_kept);

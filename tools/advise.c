@@ -9,6 +9,8 @@
  *    that a front holds a repeat of all of them;
  *  - chunk_idle: the allocations in a period, so that an all-free chunk waits for the next;
  *  - max_size: the advice's own peak reserved in a replay, plus a quarter.
+ * front_limit, chunk_idle and (for a trace of several streams) fence_bytes are then settled by
+ * replays, memory first (ad_prove).
  * Periods end at the trace's synchronize points (stream releases, trims, flushes) when there
  * are a few, else the trace is cut into 16 equal parts. */
 #include "advise.h"
@@ -270,6 +272,54 @@ static int tune_front(const tf_trace *t, int device, ad_advice *a, rp_result *wi
   return 0;
 }
 
+static size_t streams_seen(const tf_trace *t) {
+  uint64_t seen[8];
+  size_t n = 0;
+  for (size_t i = 0; i < t->n && n < 8; i++) {
+    if (t->ev[i].kind != SPOOL_TRACE_ALLOC) continue;
+    size_t k = 0;
+    while (k < n && seen[k] != t->ev[i].stream) k++;
+    if (k == n) seen[n++] = t->ev[i].stream;
+  }
+  return n;
+}
+
+/* A block freed on one stream reaches the others at that stream's next fence; fence_bytes
+ * records the fence at the free of a large block, which lets another stream reuse it at once
+ * instead of taking a chunk of its own, for an event per such free. Only a trace of several
+ * streams can gain; the sizes from none down to 1 MiB are replayed, and the one that reserves
+ * least (then hits most) is advised. *with: the advice's replay. */
+static int tune_fence(const tf_trace *t, int device, ad_advice *a, rp_result *with,
+                      char err[TF_ERR]) {
+  static const uint64_t sizes[] = {(uint64_t)16 << 20, (uint64_t)4 << 20, (uint64_t)1 << 20};
+  size_t streams = streams_seen(t);
+  if (streams < 2 || a->n >= AD_KEYS) return 0;
+  ad_advice best = *a;
+  rp_result best_r = *with;
+  char list[200], s1[32], s2[32];
+  size_t at = (size_t)snprintf(list, sizeof list, "none: %s",
+                               tool_size_text(with->peak_reserved, s1));
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    ad_advice tried = *a;
+    tried.keys[tried.n++] = (ad_key){.key = "fence_bytes", .value = sizes[i]};
+    config_text(&tried);
+    rp_result r;
+    if (rp_run(t, tried.config, device, &r, err) != 0) return -1;
+    if (better(&r, &best_r)) best = tried, best_r = r;
+    at += (size_t)snprintf(list + at, sizeof list - at, ", %s: %s",
+                           tool_size_text(sizes[i], s1), tool_size_text(r.peak_reserved, s2));
+  }
+  int j = find_key(&best, "fence_bytes");
+  if (j < 0) return 0; /* no fence pays: the key stays out */
+  snprintf(best.keys[j].why, sizeof best.keys[j].why, "the trace allocates on %s%zu streams; "
+           "the replays of fence_bytes from none down (fence: peak reserved) gave %s, and this "
+           "one reserves least: a free of a block this large lets the other streams reuse it at "
+           "once, for one event", streams >= 8 ? "at least " : "", streams, list);
+  *a = best;
+  *with = best_r;
+  return 0;
+}
+
 /* chunk_idle holds all-free chunks over the trace's longest period; where the replay without
  * it reserves less, it goes, its sentence saying what it would have bought. */
 static int drop_costly_idle(const tf_trace *t, int device, ad_advice *a, rp_result *with,
@@ -297,6 +347,7 @@ int ad_prove(const tf_trace *t, int device, ad_advice *a, rp_result *defaults,
   if (rp_run(t, "", device, defaults, err) != 0) return -1;
   if (rp_run(t, a->config, device, advised, err) != 0) return -1;
   if (tune_front(t, device, a, advised, err) != 0) return -1;
+  if (tune_fence(t, device, a, advised, err) != 0) return -1;
   if (drop_costly_idle(t, device, a, advised, err) != 0) return -1;
   char s1[32];
   uint64_t max = round_up(advised->peak_reserved + advised->peak_reserved / 4, GRAIN);

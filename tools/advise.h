@@ -12,7 +12,7 @@ typedef struct ad_key {
   const char *key; /* a config key */
   uint64_t value;
   char text[32]; /* the value as config text: "28MiB" */
-  char why[320];
+  char why[640];
 } ad_key;
 
 typedef struct ad_advice {

@@ -181,6 +181,11 @@ typedef struct spool_config {
                                        so that other streams may reuse what it freed: fewer is
                                        less memory, more is fewer CUDA calls. 1 to 65536.
                                        Default SPOOL_FENCE_EVERY_DEFAULT. */
+  uint64_t fence_bytes;             /* a free of a heap block of at least this many bytes
+                                       records its stream's fence at once (one event), so that
+                                       other streams may reuse the block as soon as the work
+                                       queued before the free is done, not fence_every
+                                       operations later. 0 (default): never. */
   bool capture_check;               /* ask the driver (about 15 ns on an H200) whether the
                                        stream is being captured into a graph before using its
                                        cache, at the allocation (bypass the cache if so: a
