@@ -245,24 +245,27 @@ spool__block *spool__heap_fit(spool_pool *p, spool__pending *own, uint64_t need)
   return u;
 }
 
-cudaError_t spool__chunk_get(spool_pool *p, void **out, uint64_t bytes, cudaStream_t stream,
-                             bool *malloced, const char **api) {
+spool_status spool__chunk_get(spool_pool *p, void **out, uint64_t bytes, cudaStream_t stream,
+                              bool *malloced, const char *ctx) {
   *malloced = p->nvtx.malloc_chunks && spool__nvtx_on(p);
-  *api = *malloced ? "cudaMalloc" : "cudaMallocFromPoolAsync";
-  if (!*malloced) return cudaMallocFromPoolAsync(out, (size_t)bytes, p->handle, stream);
   int saved = 0;
-  cudaError_t err = cudaGetDevice(&saved);
-  if (err != cudaSuccess || saved == p->device) {
-    if (err != cudaSuccess) *api = "cudaGetDevice";
-    return err == cudaSuccess ? cudaMalloc(out, (size_t)bytes) : err;
+  spool_status s = *malloced ? spool__device_enter(p->device, &saved, ctx) : SPOOL_OK;
+  if (s != SPOOL_OK) return s;
+  cudaError_t err = *malloced ? cudaMalloc(out, (size_t)bytes)
+                              : cudaMallocFromPoolAsync(out, (size_t)bytes, p->handle, stream);
+  if (err == cudaErrorMemoryAllocation) {
+    spool__clear_cuda_error();
+    s = SPOOL_ERR_OOM; /* the caller's to handle: no message */
+  } else if (err != cudaSuccess) {
+    char a[SPOOL__SIZE_TEXT];
+    s = spool__fail_cuda(err, *malloced ? "cudaMalloc" : "cudaMallocFromPoolAsync",
+                         "%s: a heap chunk of %s on stream %p, device %d", ctx,
+                         spool__format_size(bytes, a), (void *)stream, p->device);
   }
-  err = cudaSetDevice(p->device);
-  if (err != cudaSuccess) *api = "cudaSetDevice";
-  else err = cudaMalloc(out, (size_t)bytes);
-  cudaError_t back = cudaSetDevice(saved);
-  if (back == cudaSuccess || err != cudaSuccess) return err;
-  *api = "cudaSetDevice";
-  if (cudaFree(*out) != cudaSuccess) spool__clear_cuda_error();
+  if (!*malloced) return s;
+  spool_status back = spool__device_leave(p->device, saved, s, ctx);
+  if (s == SPOOL_OK && back != SPOOL_OK && cudaFree(*out) != cudaSuccess)
+    spool__clear_cuda_error(); /* the chunk goes: the caller sees the failed restore */
   return back;
 }
 

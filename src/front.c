@@ -122,15 +122,6 @@ void spool__front_publish_buffers(spool_pool *p, spool__scache *c) {
 
 /* ---- bins ---------------------------------------------------------------------------------- */
 
-bool spool__front_bin_grow(spool__bin *bin) {
-  uint32_t cap = bin->cap ? bin->cap * 2 : 8;
-  uintptr_t *ptrs = realloc(bin->ptrs, cap * sizeof *ptrs);
-  if (!ptrs) return false;
-  bin->ptrs = ptrs;
-  bin->cap = cap;
-  return true;
-}
-
 /* Under the pool's lock: the record b of a freed block, out of every table, is remembered as
  * freed (for double-free messages) and its block goes into the heap, pending on c's stream:
  * every way a block leaves a stream's keeping ends here. */

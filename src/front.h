@@ -144,10 +144,9 @@ static inline uint64_t next_seq(spool_pool *p, spool__scache *c) {
 }
 /* ---- bins ---------------------------------------------------------------------------------- */
 
-bool spool__front_bin_grow(spool__bin *bin);
 static inline bool bin_push(spool__scache *c, unsigned cls, uintptr_t u) {
   spool__bin *bin = &c->bins[cls];
-  if (bin->count == bin->cap && !spool__front_bin_grow(bin)) return false;
+  if (bin->count == bin->cap && !spool__bin_grow(bin)) return false;
   bin->ptrs[bin->count++] = u;
   c->front_map[cls / 64] |= (uint64_t)1 << (cls % 64);
   c->front_blocks++;

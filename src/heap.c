@@ -251,17 +251,9 @@ static spool_status new_chunk(spool_pool *p, spool__scache *c, uint64_t need, si
   uint64_t bytes = spool__chunk_size(need);
   void *u = NULL;
   bool malloced;
-  const char *api;
-  cudaError_t err = spool__chunk_get(p, &u, bytes, stream, &malloced, &api);
-  spool_status s = SPOOL_OK;
-  if (err != cudaSuccess && err != cudaErrorMemoryAllocation) {
-    char a[SPOOL__SIZE_TEXT];
-    return spool__fail_cuda(err, api, "%s: a heap chunk of %s on stream "
-                            "%p, device %d", ALLOC, spool__format_size(bytes, a),
-                            (void *)stream, p->device);
-  }
-  if (err != cudaSuccess) {
-    spool__clear_cuda_error();
+  spool_status s = spool__chunk_get(p, &u, bytes, stream, &malloced, ALLOC);
+  if (s != SPOOL_OK && s != SPOOL_ERR_OOM) return s;
+  if (s == SPOOL_ERR_OOM) {
     bytes = need;
     malloced = false;
     s = pool_alloc_for(p, &u, (size_t)need, size, stream);
@@ -275,7 +267,8 @@ static spool_status new_chunk(spool_pool *p, spool__scache *c, uint64_t need, si
   if (s == SPOOL_OK && !*out) {
     s = spool__fail(SPOOL_ERR_HOST_OOM, "%s: no host memory for the records of a new heap "
                     "chunk", ALLOC);
-    err = spool__chunk_put((uintptr_t)u, malloced, stream, &api);
+    const char *api;
+    cudaError_t err = spool__chunk_put((uintptr_t)u, malloced, stream, &api);
     if (err != cudaSuccess) spool__also_failed(s, err, "giving the chunk back");
   }
   return s;

@@ -295,11 +295,12 @@ spool__block *spool__heap_fit(spool_pool *pool, spool__pending *own, uint64_t ne
 spool__block *spool__heap_add_chunk(spool_pool *pool, spool__pending *own, uintptr_t addr,
                                     uint64_t bytes, uint64_t need, bool malloced);
 /* Memory for a chunk of bytes, for stream: from the pool in stream order, or from cudaMalloc
- * when the memory tool attached takes heaps only over that (*malloced says which). *api names
- * the call that failed. Giving a chunk back: cudaFreeAsync on stream, or cudaFree, which waits
- * for the whole device. */
-cudaError_t spool__chunk_get(spool_pool *pool, void **out, uint64_t bytes, cudaStream_t stream,
-                             bool *malloced, const char **api);
+ * (on the pool's device) when the memory tool attached takes heaps only over that (*malloced
+ * says which). SPOOL_ERR_OOM without a message when the device is out of memory (the caller
+ * tries less); another failure with its message. Giving a chunk back: cudaFreeAsync on
+ * stream, or cudaFree, which waits for the whole device; *api names the call. */
+spool_status spool__chunk_get(spool_pool *pool, void **out, uint64_t bytes, cudaStream_t stream,
+                              bool *malloced, const char *ctx);
 cudaError_t spool__chunk_put(uintptr_t addr, bool malloced, cudaStream_t stream, const char **api);
 /* The used block b, freed on own's stream, becomes a range pending on it. */
 void spool__heap_release(spool_pool *pool, spool__pending *own, spool__block *b);
@@ -341,6 +342,10 @@ typedef struct spool__bin {
   uintptr_t *ptrs; /* cached blocks of one class, most recently freed last */
   uint32_t count, cap;
 } spool__bin;
+
+/* Room for one more address in bin (its capacity doubled when full, from 8); false without
+ * host memory, bin unchanged. Also the list of a carved buffer's pieces (nvtx.c). (track.c) */
+bool spool__bin_grow(spool__bin *bin);
 
 /* What one stream cache has counted; summed over the caches for spool_stats. bytes_cached: in
  * the front bins. */

@@ -25,8 +25,7 @@
 /* A carved buffer: its start and the pieces registered in it. */
 typedef struct spool__carved {
   uintptr_t base;
-  uintptr_t *pieces;
-  size_t count, cap;
+  spool__bin pieces;
   void *heap;
   struct spool__carved *next;
 } carved;
@@ -48,7 +47,7 @@ void spool__nvtx_fini(spool_pool *p) {
     carved *next;
     for (carved *c = p->nvtx.carved[i]; c; c = next) {
       next = c->next;
-      free(c->pieces);
+      free(c->pieces.ptrs);
       free(c);
     }
     p->nvtx.carved[i] = NULL;
@@ -176,8 +175,8 @@ void spool__nvtx_release_slow(spool_pool *p, cudaStream_t stream, const void *he
     if (size) regions_unregister(&ptr, 1);
     return;
   }
-  regions_unregister(c->pieces, c->count);
-  free(c->pieces);
+  regions_unregister(c->pieces.ptrs, c->pieces.count);
+  free(c->pieces.ptrs);
   free(c);
 }
 
@@ -195,24 +194,14 @@ bool spool__nvtx_carve(spool_pool *p, void *heap, uintptr_t base, uint64_t size)
   return true;
 }
 
-static bool pieces_room(carved *c) {
-  if (c->count < c->cap) return true;
-  size_t cap = c->cap ? c->cap * 2 : 8;
-  uintptr_t *grown = realloc(c->pieces, cap * sizeof *grown);
-  if (!grown) return false;
-  c->pieces = grown;
-  c->cap = cap;
-  return true;
-}
-
 void spool__nvtx_piece(spool_pool *p, uintptr_t base, uintptr_t ptr, uint64_t size) {
   if (!spool__nvtx_on(p) || !size) return;
   pthread_mutex_lock(&p->nvtx.lock);
   carved *c = *slot_of(p, base);
   /* Without host memory for its record a piece stays unregistered, and a tool would report
    * its use: the cost of a report that cannot be kept. */
-  bool room = c && pieces_room(c);
-  if (room) c->pieces[c->count++] = ptr;
+  bool room = c && (c->pieces.count < c->pieces.cap || spool__bin_grow(&c->pieces));
+  if (room) c->pieces.ptrs[c->pieces.count++] = ptr;
   void *heap = room ? c->heap : NULL;
   pthread_mutex_unlock(&p->nvtx.lock);
   if (heap) region_register(heap, ptr, size);

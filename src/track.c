@@ -160,3 +160,12 @@ const char *spool__site_text(const spool__site *s, char *out, size_t len) {
   else snprintf(out, len, "an unknown site (SPOOL_ALLOC and SPOOL_FREE record it)");
   return out;
 }
+
+bool spool__bin_grow(spool__bin *bin) {
+  uint32_t cap = bin->cap ? bin->cap * 2 : 8;
+  uintptr_t *ptrs = realloc(bin->ptrs, cap * sizeof *ptrs);
+  if (!ptrs) return false;
+  bin->ptrs = ptrs;
+  bin->cap = cap;
+  return true;
+}
