@@ -360,16 +360,13 @@ static void fence_record(spool__heap *h, spool__pending *own, cudaStream_t strea
 
 void spool__heap_fence_now(spool_pool *p, spool__pending *own, cudaStream_t stream) {
   spool__heap *h = &p->heap;
+  own->ops = 0;
   if (own->fence_pending) fence_done(h, own);
   if (!own->fence_pending && own->head) fence_record(h, own, stream);
 }
 
 void spool__heap_stream_op(spool_pool *p, spool__pending *own, cudaStream_t stream) {
-  if (++own->ops < p->cfg.fence_every) return;
-  own->ops = 0;
-  spool__heap *h = &p->heap;
-  if (own->fence_pending) fence_done(h, own);
-  if (!own->fence_pending && own->head) fence_record(h, own, stream);
+  if (++own->ops >= p->cfg.fence_every) spool__heap_fence_now(p, own, stream);
 }
 
 bool spool__heap_has_free_chunk(const spool_pool *p) {

@@ -503,9 +503,10 @@ static void to_heap(spool_pool *p, spool__scache *c, spool__buffer *b, cudaStrea
   spool__table_remove(&c->blocks, u, &gone);
   leave(c, h);
   spool__front_bury(p, c, &gone);
-  spool__heap_stream_op(p, &c->pend, stream);
   if (p->cfg.fence_bytes && gone.bytes >= p->cfg.fence_bytes)
-    spool__heap_fence_now(p, &c->pend, stream);
+    spool__heap_fence_now(p, &c->pend, stream); /* the decision now, not in a few operations */
+  else
+    spool__heap_stream_op(p, &c->pend, stream);
   if (!pool_locked) pthread_mutex_unlock(&p->lock);
 }
 

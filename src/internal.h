@@ -304,8 +304,8 @@ spool_status spool__chunk_get(spool_pool *pool, void **out, uint64_t bytes, cuda
 cudaError_t spool__chunk_put(uintptr_t addr, bool malloced, cudaStream_t stream, const char **api);
 /* The used block b, freed on own's stream, becomes a range pending on it. */
 void spool__heap_release(spool_pool *pool, spool__pending *own, spool__block *b);
-/* The fence decision now rather than in a few operations (a large block was freed): query
- * own's last fence; if none is pending, record one on stream covering what own has freed. */
+/* The fence decision: query own's last fence; if none is pending, record one on stream covering
+ * what own has freed. Made every fence_every operations, or at once for a large free. */
 void spool__heap_fence_now(spool_pool *pool, spool__pending *own, cudaStream_t stream);
 /* Bookkeeping of a heap operation on own's stream: every few, the fence decision (query the
  * last fence, record the next) and a look for idle chunks to give back on stream. */
