@@ -232,43 +232,61 @@ static bool better(const rp_result *r, const rp_result *best) {
   return r->hit_rate > best->hit_rate;
 }
 
+/* Replays of candidate advices, the best kept (memory first, then hits), and each one's peak
+ * reserved as text for the sentence that explains the choice. */
+typedef struct trials {
+  ad_advice best;
+  rp_result best_r;
+  char list[200];
+  size_t at;
+} trials;
+
+/* shown: the candidate's value (0: "none"). */
+static void trials_note(trials *tr, uint64_t shown, const rp_result *r) {
+  char s1[32], s2[32];
+  if (tr->at >= sizeof tr->list) return;
+  tr->at += (size_t)snprintf(tr->list + tr->at, sizeof tr->list - tr->at, "%s%s: %s",
+                             tr->at ? ", " : "", shown ? tool_size_text(shown, s1) : "none",
+                             tool_size_text(r->peak_reserved, s2));
+}
+
+static int trials_run(trials *tr, const tf_trace *t, int device, const ad_advice *tried,
+                      uint64_t shown, char err[TF_ERR]) {
+  rp_result r;
+  if (rp_run(t, tried->config, device, &r, err) != 0) return -1;
+  if (better(&r, &tr->best_r)) tr->best = *tried, tr->best_r = r;
+  trials_note(tr, shown, &r);
+  return 0;
+}
+
 /* The front a trace asks for bounds what is worth keeping, not what pays: blocks kept ready
  * for a repeat are bytes the heap cannot merge for other sizes. So the fronts from the trace's
  * figure down to the default, a quarter at a time, are replayed, and the one that reserves
  * least (then hits most) is advised; the default means no key. *with: the advice's replay. */
 static int tune_front(const tf_trace *t, int device, ad_advice *a, rp_result *with,
                       char err[TF_ERR]) {
+  const uint64_t dflt = SPOOL_FRONT_LIMIT_DEFAULT;
   int i = find_key(a, "front_limit");
   if (i < 0) return 0;
-  ad_advice best = *a, tried = *a;
-  rp_result best_r = *with;
-  char list[200] = "", s1[32], s2[32];
-  size_t at = 0;
-  for (uint64_t v = a->keys[i].value;; v /= 4) {
-    bool dflt = v <= SPOOL_FRONT_LIMIT_DEFAULT;
-    rp_result r = *with;
-    if (v != a->keys[i].value) {
-      tried = *a;
-      if (dflt) tried = without(a, i);
-      else tried.keys[i].value = v, config_text(&tried);
-      if (rp_run(t, tried.config, device, &r, err) != 0) return -1;
-      if (better(&r, &best_r)) best = tried, best_r = r;
-    }
-    at += (size_t)snprintf(list + at, sizeof list - at, "%s%s: %s", at ? ", " : "",
-                           tool_size_text(dflt ? SPOOL_FRONT_LIMIT_DEFAULT : v, s1),
-                           tool_size_text(r.peak_reserved, s2));
-    if (dflt || at >= sizeof list) break;
+  uint64_t asked = a->keys[i].value;
+  trials tr = {.best = *a, .best_r = *with};
+  trials_note(&tr, asked > dflt ? asked : dflt, with);
+  for (uint64_t v = asked / 4; asked > dflt; v /= 4) {
+    ad_advice tried = v <= dflt ? without(a, i) : *a;
+    if (v > dflt) tried.keys[i].value = v, config_text(&tried);
+    if (trials_run(&tr, t, device, &tried, v > dflt ? v : dflt, err) != 0) return -1;
+    if (v <= dflt) break;
   }
   ad_key k = a->keys[i];
-  int j = find_key(&best, "front_limit");
-  char *why = j >= 0 ? best.keys[j].why : k.why;
+  int j = find_key(&tr.best, "front_limit");
+  char *why = j >= 0 ? tr.best.keys[j].why : k.why, s1[32];
   snprintf(why, sizeof k.why, "one stream held at most %s of buffers of 1 MiB or less at "
            "once; the replays of fronts from there down (front: peak reserved) gave %s, and %s "
-           "reserves least", tool_size_text(a->front_peak, s1), list,
+           "reserves least", tool_size_text(a->front_peak, s1), tr.list,
            j >= 0 ? "this one" : "the default");
-  if (j < 0) best.left[best.nleft++] = k;
-  *a = best;
-  *with = best_r;
+  if (j < 0) tr.best.left[tr.best.nleft++] = k;
+  *a = tr.best;
+  *with = tr.best_r;
   return 0;
 }
 
@@ -294,29 +312,22 @@ static int tune_fence(const tf_trace *t, int device, ad_advice *a, rp_result *wi
   static const uint64_t sizes[] = {(uint64_t)16 << 20, (uint64_t)4 << 20, (uint64_t)1 << 20};
   size_t streams = streams_seen(t);
   if (streams < 2 || a->n >= AD_KEYS) return 0;
-  ad_advice best = *a;
-  rp_result best_r = *with;
-  char list[200], s1[32], s2[32];
-  size_t at = (size_t)snprintf(list, sizeof list, "none: %s",
-                               tool_size_text(with->peak_reserved, s1));
+  trials tr = {.best = *a, .best_r = *with};
+  trials_note(&tr, 0, with);
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
     ad_advice tried = *a;
     tried.keys[tried.n++] = (ad_key){.key = "fence_bytes", .value = sizes[i]};
     config_text(&tried);
-    rp_result r;
-    if (rp_run(t, tried.config, device, &r, err) != 0) return -1;
-    if (better(&r, &best_r)) best = tried, best_r = r;
-    at += (size_t)snprintf(list + at, sizeof list - at, ", %s: %s",
-                           tool_size_text(sizes[i], s1), tool_size_text(r.peak_reserved, s2));
+    if (trials_run(&tr, t, device, &tried, sizes[i], err) != 0) return -1;
   }
-  int j = find_key(&best, "fence_bytes");
+  int j = find_key(&tr.best, "fence_bytes");
   if (j < 0) return 0; /* no fence pays: the key stays out */
-  snprintf(best.keys[j].why, sizeof best.keys[j].why, "the trace allocates on %s%zu streams; "
-           "the replays of fence_bytes from none down (fence: peak reserved) gave %s, and this "
-           "one reserves least: a free of a block this large lets the other streams reuse it at "
-           "once, for one event", streams >= 8 ? "at least " : "", streams, list);
-  *a = best;
-  *with = best_r;
+  snprintf(tr.best.keys[j].why, sizeof tr.best.keys[j].why, "the trace allocates on %s%zu "
+           "streams; the replays of fence_bytes from none down (fence: peak reserved) gave %s, "
+           "and this one reserves least: a free of a block this large lets the other streams "
+           "reuse it at once, for one event", streams >= 8 ? "at least " : "", streams, tr.list);
+  *a = tr.best;
+  *with = tr.best_r;
   return 0;
 }
 
