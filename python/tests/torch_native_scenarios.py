@@ -8,13 +8,19 @@ except in `fallback` and `pluggable`.
     memory_stats   memory_stats() keys, memory_allocated, the peaks and their resets, against
                    spool's own counters
     graph_pool     two torch.cuda.graph captures sharing one pool, replayed; the pool's live
-                   allocations; a tensor freed during a capture
+                   allocations; a tensor freed during a capture; whether the driver knows a
+                   tensor allocated under capture (as Triton's launchers ask it)
     compile        torch.compile(mode="reduce-overhead") against eager
+    compile_train  training steps of a torch.compile(mode="reduce-overhead") model on two batch
+                   shapes in turn (graph trees record, replay and restore checkpoints), against
+                   the same steps in eager mode
     fallback       the class cannot be built (CXX names no compiler): one warning, then the
                    pluggable path
     pluggable      install(native=False): no warning, the pluggable path
 """
+import ctypes
 import json
+import math
 import sys
 import warnings
 
@@ -86,6 +92,7 @@ def scenario_graph_pool():
     g1, g2 = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
     with torch.cuda.graph(g1):
         y = x * 2 + 1
+        out["captured_ptr_known"] = driver_knows(y.data_ptr())
         # Not this capture's memory, and on the legacy stream: its free must wait for the
         # capture's end (no CUDA call meanwhile, or the capture would break).
         del doomed
@@ -117,6 +124,21 @@ def scenario_graph_pool():
     return out
 
 
+def driver_knows(ptr):
+    """Whether cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_DEVICE_POINTER) accepts ptr, as the
+    launchers of Triton's kernels (Inductor's among them) require of every pointer argument."""
+    cuda = ctypes.CDLL("libcuda.so.1")
+    dev = ctypes.c_uint64(0)
+    rc = cuda.cuPointerGetAttribute(ctypes.byref(dev), ctypes.c_int(3), ctypes.c_uint64(ptr))
+    return rc == 0 and dev.value == ptr
+
+
+def cudagraph_skips():
+    from torch._dynamo.utils import counters
+    return sum(counters["inductor"].get(k, 0) for k in counters["inductor"]
+               if "cudagraph_skips" in k)
+
+
 def scenario_compile():
     torch, st = start()
     out = {"native": st.native()}
@@ -138,10 +160,43 @@ def scenario_compile():
         out["match"] = [bool(torch.allclose(a, b, rtol=1e-4, atol=1e-5))
                         for a, b in zip(eager, got)]
     import torch._inductor.config as inductor
-    from torch._dynamo.utils import counters
     out["trees"] = inductor.triton.cudagraph_trees  # Inductor's default: graph trees
-    out["cudagraph_skips"] = sum(counters["inductor"].get(k, 0) for k in counters["inductor"]
-                                 if "cudagraph_skips" in k)
+    out["cudagraph_skips"] = cudagraph_skips()
+    return out
+
+
+def scenario_compile_train():
+    torch, st = start()
+    out = {"native": st.native()}
+
+    def make():
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(),
+                                    torch.nn.Linear(128, 16)).cuda()
+        return model, torch.optim.SGD(model.parameters(), lr=0.05)
+
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    batches = [torch.randn(n, 64, device="cuda", generator=gen) for n in (32, 48) * 5]
+
+    def steps(model, opt, losses):
+        for x in batches:
+            opt.zero_grad(set_to_none=True)
+            loss = model(x).square().mean()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+
+    eager, compiled = [], []
+    steps(*make(), eager)
+    model, opt = make()
+    out["raised"] = caught(torch, lambda: steps(torch.compile(model, mode="reduce-overhead"),
+                                                opt, compiled))
+    out["losses"] = {"eager": eager, "compiled": compiled}
+    out["match"] = len(eager) == len(compiled) and all(
+        math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-6) for a, b in zip(eager, compiled))
+    out["cudagraph_skips"] = cudagraph_skips()
+    torch.cuda.synchronize()
+    out["stats"] = st.stats()
     return out
 
 
