@@ -60,6 +60,8 @@ e = cuda.device_array_like(d)
 e.copy_to_device(d)  # device to device, both spool buffers
 out["ok"] = bool((e.copy_to_host() == host).all())
 out["view_ok"] = bool((d[::2].copy_to_host() == host[::2]).all())
+mgr = cuda.current_context().memory_manager
+named = {"d": d.device_ctypes_pointer.value, "e": e.device_ctypes_pointer.value}
 del e
 out["manager"] = type(cuda.current_context().memory_manager).__name__
 out["in_use"] = spool.stats(0)["bytes_in_use"]
@@ -78,6 +80,15 @@ gc.collect()  # a device array may sit in a reference cycle, which only the coll
 cuda.current_context().deallocations.clear()
 cuda.synchronize()
 out["in_use_after"] = spool.stats(0)["bytes_in_use"]
+# What holds a buffer still in use, for the failure's message.
+out["held"] = [n for n, p in named.items() if p in mgr.allocations]
+out["pending"] = len(cuda.current_context().deallocations._cons)
+from numba.cuda import MemoryPointer
+names = {p: n for n, p in named.items()}
+out["alive"] = [[names[o.device_pointer_value], getattr(o, "refct", None),
+                 sorted(type(r).__name__ for r in gc.get_referrers(o))]
+                for o in gc.get_objects()
+                if isinstance(o, MemoryPointer) and o.device_pointer_value in names]
 print(json.dumps(out))
 """
 
@@ -168,7 +179,8 @@ class Frameworks(unittest.TestCase):
     @unittest.expectedFailure
     @unittest.skipUnless(HAVE_NUMBA, "Numba or a GPU is missing")
     def test_numba_arrays_come_back_after_numbas_deallocations(self):
-        self.assertEqual(numba_result()["in_use_after"], 0)
+        r = numba_result()
+        self.assertEqual(r["in_use_after"], 0, r)
 
     @unittest.skipUnless(HAVE_CUPY and HAVE_TORCH, "CuPy, PyTorch or a GPU is missing")
     def test_cupy_and_torch_share_one_stream_and_one_pool(self):
