@@ -10,6 +10,7 @@ same pool that PyTorch's tensors use under spool.torch (and CuPy's arrays under 
 Numba's allocation interface carries no stream, so they are allocated and freed in stream order
 on the legacy default stream. Host (pinned, mapped) memory stays Numba's own.
 """
+import contextlib
 import ctypes
 
 try:
@@ -39,10 +40,10 @@ def _device_pointer(ptr):
 
 
 def _forget(manager, ptr, size):
-    """The finalizer Numba calls once an array is gone: the free joins Numba's pending
-    deallocations, as its own allocator's do, so that it waits under cuda.defer_cleanup() and
-    goes in Numba's batches; dropping the owner then frees the buffer. A context reset may have
-    cleared the allocations first (at exit)."""
+    """The finalizer Numba calls once an array is gone: the free joins the manager's pending
+    deallocations, as Numba's own allocator's do, so that it waits under cuda.defer_cleanup()
+    and goes in Numba's batches; dropping the owner then frees the buffer. A context reset may
+    have cleared the allocations first (at exit)."""
     allocations = manager.allocations
 
     def drop(key):
@@ -71,9 +72,26 @@ class SpoolNumbaManager(HostOnlyCUDAMemoryManager):
             buf = _lib.Buffer(size, device)
         if not buf.ptr:  # 0 bytes
             return MemoryPointer(self.context, _device_pointer(0), size)
+        self._size_batches(device)
         self.allocations[buf.ptr] = buf
         return MemoryPointer(self.context, _device_pointer(buf.ptr), size,
                              finalizer=_forget(self, buf.ptr, size))
+
+    def _size_batches(self, device):
+        """Numba flushes pending frees past CUDA_DEALLOCS_RATIO of the device's memory: its own
+        manager sets that capacity in initialize(), this one once the device's pool is made (an
+        unset capacity, 0, would flush at every free)."""
+        pending = self.deallocations
+        if not int(getattr(pending, "memory_capacity", 1)):
+            pending.memory_capacity = _lib.stats(device)["device_total"]
+
+    @contextlib.contextmanager
+    def defer_cleanup(self):
+        """Frees wait while this is active (Numba's own manager's rule); when the outermost
+        one ends, what waited is freed at once rather than at the next batch."""
+        with super().defer_cleanup():
+            yield
+        self.deallocations.clear()  # nothing while an outer defer_cleanup is still active
 
     def get_memory_info(self):
         """(free, total) bytes of the device, from spool's stats; NotImplementedError before the

@@ -43,16 +43,26 @@ cuda = types.SimpleNamespace(
 
 FAKE_NUMBA_CUDA = """
 import collections
+import contextlib
 MemoryInfo = collections.namedtuple("MemoryInfo", "free total")
 managers = []
 set_memory_manager = managers.append
 class _Pending:
     cleared = 0
     def __init__(self):
-        self.items = []
+        self.items, self.disabled, self.memory_capacity = [], 0, 0
     def add_item(self, dtor, handle, size=1):
         self.items.append((dtor, handle, size))
+    @contextlib.contextmanager
+    def disable(self):
+        self.disabled += 1
+        try:
+            yield
+        finally:
+            self.disabled -= 1
     def clear(self):
+        if self.disabled:
+            return
         self.cleared += 1
         for dtor, handle, _ in self.items:
             dtor(handle)
@@ -60,6 +70,10 @@ class _Pending:
 class HostOnlyCUDAMemoryManager:
     def __init__(self, context):
         self.context, self.allocations, self.deallocations = context, {}, _Pending()
+    @contextlib.contextmanager
+    def defer_cleanup(self):
+        with self.deallocations.disable():
+            yield
 class MemoryPointer:
     def __init__(self, context, pointer, size, owner=None, finalizer=None):
         self.context, self.pointer, self.size, self.finalizer = context, pointer, size, finalizer
@@ -163,6 +177,17 @@ class Adapters(unittest.TestCase):
         self.assertEqual(m.allocations, {0x1000: "a buffer"})
         self.assertEqual(m.deallocations.items[0][1:], (0x1000, 4096))
         m.deallocations.clear()  # Numba's batch: now the owner goes, and the buffer with it
+        self.assertEqual(m.allocations, {})
+
+    def test_numba_frees_deferred_by_defer_cleanup_go_when_the_outermost_one_ends(self):
+        import spool.numba
+        context = types.SimpleNamespace(device=types.SimpleNamespace(id=0))
+        m = spool.numba.SpoolNumbaManager(context=context)
+        m.allocations[0x1000] = "a buffer"
+        with m.defer_cleanup():
+            with m.defer_cleanup():
+                spool.numba._forget(m, 0x1000, 4096)()
+            self.assertEqual(m.allocations, {0x1000: "a buffer"})  # an outer one still holds
         self.assertEqual(m.allocations, {})
 
     def test_import_without_the_framework_names_it(self):
