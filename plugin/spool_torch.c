@@ -178,6 +178,15 @@ static spool_status pool_for(int device, spool_pool **out) {
   return s;
 }
 
+int spool_torch_pool(int device, spool_pool **out) {
+  static const char ctx[] = "spool_torch_pool";
+  if (!out) return (int)failf(SPOOL_ERR_INVALID, "%s: out is NULL", ctx);
+  *out = NULL;
+  spool_status s = check_device(device, ctx);
+  if (s == SPOOL_OK) s = pool_for(device, out);
+  return (int)s;
+}
+
 /* ---- allocation ------------------------------------------------------------------------------ */
 
 /* Counts size against the device's memory-fraction limit, if one is set; on failure nothing is

@@ -114,6 +114,23 @@ SPOOL_TORCH_API int spool_torch_try_alloc(void **out, size_t size, int device,
  * the size needed, and buf holds ""); SPOOL_ERR_CUDA. Thread safe; buf stays the caller's. */
 SPOOL_TORCH_API int spool_torch_stats_json(int device, char *buf, size_t len);
 
+/* ---- what C code in the same process calls ---------------------------------------------------- */
+
+struct spool_pool;
+
+/* The plug-in's pool of device, for C (or C++, or ctypes) code in the process that shares
+ * memory with the frameworks: made as at the device's first allocation when there is none yet
+ * (the config of spool_torch_configure and SPOOL_CONF). The library also exports spool's C API
+ * (include/spool/spool.h, shipped in the package's include/ folder: spool.include_dir()), so
+ * code linked to this library, not to libspool, calls spool_alloc, spool_free, spool_stats_get
+ * and the rest on this pool with the same state as the frameworks: one working set, one report,
+ * one set of counters (torch.cuda.memory_stats counts its buffers too). The buffers do not count
+ * against torch.cuda.set_per_process_memory_fraction, which limits the frameworks' allocations.
+ * The pool stays the plug-in's: never destroy it. Returns SPOOL_OK; SPOOL_ERR_INVALID (out NULL,
+ * device out of range); what making the pool returned (message in spool_torch_last_error()).
+ * Thread safe. */
+SPOOL_TORCH_API int spool_torch_pool(int device, struct spool_pool **out);
+
 /* ---- what spool's allocator class for PyTorch calls (python/spool/_torch_native.cpp) --------- */
 
 /* spool's counters of a device's pool and the plug-in's, as PyTorch's memory statistics read

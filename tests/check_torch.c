@@ -624,6 +624,46 @@ START_TEST(counters_arguments) {
 }
 END_TEST
 
+/* C code in the process gets the frameworks' pool: spool_alloc on it is counted with their
+ * buffers, and the frameworks' next allocation does not make another pool. */
+START_TEST(c_code_shares_the_frameworks_pool) {
+  cudaStream_t s = test_stream_create();
+  spool_pool *pool = NULL;
+  ck_assert_int_eq(spool_torch_pool(0, &pool), SPOOL_OK); /* made here, before any tensor */
+  ck_assert_ptr_nonnull(pool);
+  void *c_buf = NULL;
+  CK_SPOOL(spool_alloc(pool, &c_buf, 5 * MiB, s));
+  void *tensor = torch_alloc(3 * MiB, 0, s);
+  spool_pool *again = NULL;
+  ck_assert_int_eq(spool_torch_pool(0, &again), SPOOL_OK);
+  ck_assert_ptr_eq(again, pool);
+  spool_torch_counters c = counters_of(0);
+  ck_assert_uint_eq(c.buffers_in_use, 2);
+  ck_assert_uint_eq(c.bytes_in_use, 8 * MiB);
+  ck_assert_uint_eq(stat_of(0, "torch_bytes_in_use"), 3 * MiB); /* the fraction counts tensors */
+  CK_SPOOL(spool_free(pool, c_buf, s));
+  spool_torch_free(tensor, 3 * MiB, 0, s);
+  ck_assert_uint_eq(counters_of(0).buffers_in_use, 0);
+  test_stream_destroy(s);
+  torch_end();
+}
+END_TEST
+
+START_TEST(pool_arguments) {
+  spool_pool *pool = (spool_pool *)&pool;
+  ck_assert_int_eq(spool_torch_pool(-1, &pool), SPOOL_ERR_INVALID);
+  CK_TORCH_ERROR_HAS("spool_torch_pool: device -1 is out of range");
+  ck_assert_ptr_null(pool);
+  ck_assert_int_eq(spool_torch_pool(0, NULL), SPOOL_ERR_INVALID);
+  CK_TORCH_ERROR_HAS("out is NULL");
+  setenv("SPOOL_CONF", "max_size=nonsense", 1); /* making the pool fails: its status, no pool */
+  ck_assert_int_eq(spool_torch_pool(0, &pool), SPOOL_ERR_CONFIG);
+  unsetenv("SPOOL_CONF");
+  ck_assert_ptr_null(pool);
+  torch_end();
+}
+END_TEST
+
 /* cuDNN's benchmark bounds its workspaces by cacheInfo: the device's free memory to start with,
  * as PyTorch's allocator answers; then no more than max_size and the memory fraction leave. */
 START_TEST(cache_info_bounds_what_could_be_served) {
@@ -703,6 +743,8 @@ static Suite *torch_suite(void) {
   tcase_add_test(tc, counters_are_spools_stats);
   tcase_add_test(tc, counters_arguments);
   tcase_add_test(tc, cache_info_bounds_what_could_be_served);
+  tcase_add_test(tc, c_code_shares_the_frameworks_pool);
+  tcase_add_test(tc, pool_arguments);
   suite_add_tcase(s, tc);
   return s;
 }

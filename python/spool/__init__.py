@@ -10,16 +10,18 @@
 Every adapter allocates through the same libspool_torch.so (ctypes, no extension module), so
 PyTorch, CuPy and Numba in one process share one spool pool per device: memory one of them frees
 is reused by the others, and stats() counts them all. The library is found inside this package
-(SPOOL_TORCH_LIB overrides it; see library_path()).
+(SPOOL_TORCH_LIB overrides it; see library_path()). C code in the same process shares the pools
+too: it links to that library, which exports spool's C API, and calls spool_torch_pool
+(headers in include_dir()).
 
 Only the standard library is imported here; spool.torch, spool.cupy and spool.numba import their
 framework when they are imported (ImportError naming it when it is missing).
 """
 from . import _lib
-from ._lib import LIBRARY, library_path
+from ._lib import LIBRARY, include_dir, library_path
 
 # Not __version__: `from spool import *` must work where the library cannot be found.
-__all__ = ["stats", "library_path", "LIBRARY"]
+__all__ = ["stats", "library_path", "include_dir", "LIBRARY"]
 
 
 def stats(device=0, lib=None):

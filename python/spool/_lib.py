@@ -65,6 +65,19 @@ def library_path(lib=None):
         "pass lib=<path> or set SPOOL_TORCH_LIB. Tried: " + ("; ".join(tried) or "nothing"))
 
 
+def include_dir():
+    """The folder of C headers for code in the process that shares the package's pools:
+    spool/spool.h (spool's C API, which the library exports) and spool_torch.h
+    (spool_torch_pool). C code compiles with -I<this>, links to library_path() instead of
+    libspool, and calls spool_torch_pool(device, &pool). Inside the package (pip install .);
+    raises FileNotFoundError elsewhere (a source checkout has include/ and plugin/ instead)."""
+    path = os.path.join(_HERE, "include")
+    if os.path.isfile(os.path.join(path, "spool", "spool.h")):
+        return path
+    raise FileNotFoundError(f"spool: no C headers at {path}: they come with `pip install .`; "
+                            "in a source checkout use include/, <build>/include/ and plugin/")
+
+
 def _declare(cdll):
     """Argument and result types of the functions called through ctypes."""
     cdll.spool_torch_configure.argtypes = [ctypes.c_char_p]

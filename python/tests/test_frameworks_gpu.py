@@ -104,6 +104,30 @@ out["torch_bytes_in_use"] = st["torch_bytes_in_use"]
 print(json.dumps(out))
 """
 
+C_AND_TORCH = """
+import ctypes
+import torch
+import spool, spool.torch
+spool.torch.install()
+lib = ctypes.CDLL(spool.library_path())  # C code linked to the package's library: the same copy
+lib.spool_torch_pool.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)]
+lib.spool_alloc.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t,
+                            ctypes.c_void_p]
+lib.spool_free.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+out = {}
+t = torch.ones(1 << 20, device="cuda")
+before = torch.cuda.memory_allocated()
+pool, buf = ctypes.c_void_p(), ctypes.c_void_p()
+stream = torch.cuda.current_stream().cuda_stream
+out["pool"] = lib.spool_torch_pool(0, ctypes.byref(pool))
+out["alloc"] = lib.spool_alloc(pool, ctypes.byref(buf), 8 << 20, stream)
+out["allocated_change"] = torch.cuda.memory_allocated() - before
+out["buffers"] = spool.stats(0)["buffers_in_use"]
+out["free"] = lib.spool_free(pool, buf, stream)
+out["allocated_after"] = torch.cuda.memory_allocated() - before
+print(json.dumps(out))
+"""
+
 
 def run(code):
     env = dict(os.environ)
@@ -166,6 +190,15 @@ class Frameworks(unittest.TestCase):
     def test_numba_arrays_come_back_when_defer_cleanup_ends(self):
         r = numba_result()
         self.assertEqual(r["in_use_after"], 0, r)
+
+    @unittest.skipUnless(HAVE_TORCH, "PyTorch or a GPU is missing")
+    def test_c_code_allocates_from_the_pool_pytorch_uses(self):
+        r = run(C_AND_TORCH)
+        self.assertEqual((r["pool"], r["alloc"], r["free"]), (0, 0, 0), r)
+        # torch.cuda.memory_allocated() is the pool's: the C buffer is in it, then gone.
+        self.assertEqual(r["allocated_change"], 8 * MiB, r)
+        self.assertGreaterEqual(r["buffers"], 2, r)
+        self.assertEqual(r["allocated_after"], 0, r)
 
     @unittest.skipUnless(HAVE_CUPY and HAVE_TORCH, "CuPy, PyTorch or a GPU is missing")
     def test_cupy_and_torch_share_one_stream_and_one_pool(self):

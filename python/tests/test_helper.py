@@ -132,17 +132,20 @@ class Helper(unittest.TestCase):
         self.assertEqual(lines[0], "True True")
         self.assertIn("spool_torch is now spool.torch", lines[1])
 
-    def test_exports_only_the_plugin(self):
+    def test_exports_the_plugin_and_spools_c_api_not_its_internals(self):
         cdll = ctypes.CDLL(LIB)
         for name in ("spool_torch_alloc", "spool_torch_free", "spool_torch_record_stream",
                      "spool_torch_empty_cache", "spool_torch_init",
                      "spool_torch_set_memory_fraction", "spool_torch_configure",
                      "spool_torch_stats_json", "spool_torch_last_error", "spool_torch_version",
                      "spool_torch_try_alloc", "spool_torch_counters_get",
-                     "spool_torch_reset_peaks", "spool_torch_cache_info"):
+                     "spool_torch_reset_peaks", "spool_torch_cache_info", "spool_torch_pool",
+                     # C code in the process calls these on spool_torch_pool's pool
+                     "spool_alloc", "spool_free", "spool_stats_get", "spool_report",
+                     "spool_last_error", "spool_scope_begin", "spool_alloc_batch"):
             self.assertTrue(hasattr(cdll, name), name)
-        for name in ("spool_alloc", "spool_pool_create", "spool__torch_throw",
-                     "spool__torch_forget"):
+        for name in ("spool__torch_throw", "spool__torch_forget", "spool__format_size",
+                     "spool__nvtx_probe"):
             self.assertFalse(hasattr(cdll, name), name)
 
     def test_config_errors_are_value_errors(self):

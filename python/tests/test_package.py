@@ -5,7 +5,8 @@ Installs the source tree with pip into a temporary folder (--target: no venv to 
 of this machine's Python touched), then, in a fresh interpreter that sees only that folder and
 no SPOOL_TORCH_LIB: `import spool`, spool.__version__ is the project's version (argument 2,
 CMake's PROJECT_VERSION) and the library's, the library is found inside the package, so are
-the allocator class's source and header (spool.torch imports without PyTorch), the install holds
+the allocator class's source and header (spool.torch imports without PyTorch), so are the C
+headers for code that shares the pools (include_dir()), the install holds
 only the package and its metadata, stats() says there is no pool yet, and
 spool.cupy / spool.numba raise ImportError naming CuPy / Numba when those are absent.
 
@@ -36,6 +37,9 @@ import spool.torch, spool._native  # without PyTorch too: torch is imported by i
 out["native_source"] = spool._native.SOURCE if os.path.isfile(spool._native.SOURCE) else None
 out["native_header_dir"] = spool._native.header_dir()
 out["native_before_install"] = spool.torch.native()
+inc = spool.include_dir()
+out["include"] = [inc] + sorted(os.path.relpath(os.path.join(d, f), inc)
+                                for d, _, fs in os.walk(inc) for f in fs)
 try:
     spool.stats(0)
 except RuntimeError as e:
@@ -100,6 +104,11 @@ def main():
         if got["native_header_dir"] != package:
             problems.append(f"spool_torch.h is found in {got['native_header_dir']}, not in the "
                             "package")
+        want = [os.path.join(package, "include"), "spool/export.h", "spool/spool.h",
+                "spool/spool.hpp", "spool/version.h", "spool_torch.h"]
+        if got["include"] != want:
+            problems.append(f"the C headers for code sharing the pools: {got['include']}, "
+                            f"expected {want}")
         if got["native_before_install"] is not False:
             problems.append(f"spool.torch.native() before install: {got['native_before_install']}")
         if "no pool on device 0 yet" not in got.get("stats", ""):
