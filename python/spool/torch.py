@@ -51,11 +51,11 @@ cudaMemPool. spool keeps one pool for every size, reported as PyTorch's large po
 "all"); the small-pool figures, segments and inactive splits are zero. The counters include
 what CuPy and Numba allocate from the same pool.
 
-Not working yet: torch.compile(mode="reduce-overhead"). On the H200 (torch 2.11) it fails in
-its first recording with "CUDA driver error: invalid argument", with CUDA graph trees (which
-would also need the caching allocator's checkpoints, which graph-owned memory lacks: the class
-refuses those with a RuntimeError naming why) and with Inductor's plain CUDA graphs alike; use
-mode="max-autotune-no-cudagraphs" or torch.cuda.graph. memory_snapshot() and the memory history
+CUDA graphs under the class: torch.cuda.graph and torch.compile(mode="reduce-overhead") (CUDA
+graph trees too). A capture's allocations come from graph pools the class keeps, of spool
+buffers allocated outside the capture, so the graph's kernels (Triton's among them) get memory
+the driver knows; a released pool's blocks go back to spool at the next empty_cache() or when
+spool runs out of memory. memory_snapshot() and the memory history
 are PyTorch's own.
 
 torch is imported by install(), not by this module, so it loads on machines without PyTorch.
