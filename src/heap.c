@@ -141,10 +141,7 @@ static spool_status record(spool_pool *p, void *ptr, size_t size, cudaStream_t s
   if (track == SPOOL_TRACK_FULL) b.born_ns = spool__now_ns();
   b.seq = atomic_fetch_add(&p->seq, 1) + 1;
   pthread_mutex_lock(&p->lock);
-  if (track != SPOOL_TRACK_OFF) {
-    s = spool__table_insert(&p->live, &b);
-    if (s == SPOOL_OK) spool__grave_forget(&p->graves, b.ptr); /* the address is live again */
-  }
+  if (track != SPOOL_TRACK_OFF) s = spool__table_insert(&p->live, &b);
   if (s == SPOOL_OK) count_alloc(p, size, track != SPOOL_TRACK_OFF);
   pthread_mutex_unlock(&p->lock);
   return s;
@@ -279,7 +276,6 @@ static spool_status new_chunk(spool_pool *p, spool__scache *c, uint64_t need, si
 static spool_status adopt_locked(spool_pool *p, spool__scache *c, spool__block *blk, size_t size,
                                  cudaStream_t stream, const spool__site *site) {
   spool__buffer b = {.ptr = blk->addr, .bytes = blk->bytes, .blk = blk};
-  spool__grave_forget(&p->graves, b.ptr); /* the address is live again */
   front_lock(c);
   spool_status s = spool__table_insert(&c->blocks, &b);
   if (s == SPOOL_OK) {
@@ -696,7 +692,7 @@ static void classify_own(spool_pool *p, uintptr_t ptr, spool__refusal *r) {
   p->c.bad_frees++;
   const spool__buffer *b = spool__table_containing(&p->live, ptr);
   if (b) r->inside = true, r->inside_buf = *b;
-  b = spool__table_find(&p->graves.freed, ptr);
+  b = spool__grave_find(&p->graves, ptr);
   if (b) r->freed = true, r->freed_buf = *b;
 }
 

@@ -146,20 +146,20 @@ void spool__table_each(const spool__table *t, void (*fn)(const spool__buffer *, 
 void spool__table_free(spool__table *t);
 
 /* Recent frees, so that a second free of the same pointer is told from a pointer never seen:
- * the last SPOOL__GRAVE_CAP frees, forgotten in the order they happened, and at once when the
- * address is handed out again. Guarded by the pool's lock. */
+ * the records of the last SPOOL__GRAVE_CAP frees, in a ring (burying is a copy, no lookup; a
+ * refused free, an error path, scans it newest first). An address handed out again needs no
+ * forgetting: a free of a live buffer is never refused, and once freed again its newer record
+ * is found first. Guarded by the pool's lock. */
 #define SPOOL__GRAVE_CAP 4096
 typedef struct spool__graveyard {
-  spool__table freed;
-  uintptr_t *ring;  /* the freed pointers, oldest at head */
-  uint64_t *seqs;   /* their allocation numbers, to skip records already replaced */
+  spool__buffer *ring; /* SPOOL__GRAVE_CAP records, oldest at head; NULL before the first */
   size_t head, count;
 } spool__graveyard;
 
 /* Remembers b as freed. Best effort: without host memory the free is simply not remembered. */
 void spool__grave_bury(spool__graveyard *g, const spool__buffer *b);
-/* Forgets ptr (its address was handed out again). */
-void spool__grave_forget(spool__graveyard *g, uintptr_t ptr);
+/* The newest remembered free of ptr, or NULL. A scan: error paths only. */
+const spool__buffer *spool__grave_find(const spool__graveyard *g, uintptr_t ptr);
 void spool__grave_free(spool__graveyard *g);
 
 /* ---- registry.c: every live pool ------------------------------------------------------------ */

@@ -103,42 +103,26 @@ const spool__buffer *spool__table_containing(const spool__table *t, uintptr_t pt
 
 /* ---- graveyard ------------------------------------------------------------------------------ */
 
-static void grave_evict_oldest(spool__graveyard *g) {
-  uintptr_t ptr = g->ring[g->head];
-  const spool__buffer *b = spool__table_find(&g->freed, ptr);
-  /* The record may already be gone (address reused) or be a newer free of the same address. */
-  if (b && b->seq == g->seqs[g->head]) spool__table_remove(&g->freed, ptr, NULL);
-  g->head = (g->head + 1) % SPOOL__GRAVE_CAP;
-  g->count--;
-}
-
 void spool__grave_bury(spool__graveyard *g, const spool__buffer *b) {
-  if (!g->ring) {
-    g->ring = calloc(SPOOL__GRAVE_CAP, sizeof *g->ring);
-    g->seqs = calloc(SPOOL__GRAVE_CAP, sizeof *g->seqs);
-    if (!g->ring || !g->seqs) {
-      spool__grave_free(g);
-      return;
-    }
+  if (!g->ring && !(g->ring = malloc(SPOOL__GRAVE_CAP * sizeof *g->ring))) return;
+  if (g->count == SPOOL__GRAVE_CAP) { /* the oldest makes room */
+    g->ring[g->head] = *b;
+    g->head = (g->head + 1) % SPOOL__GRAVE_CAP;
+    return;
   }
-  if (g->count == SPOOL__GRAVE_CAP) grave_evict_oldest(g);
-  spool__table_remove(&g->freed, b->ptr, NULL); /* an older free of the same address */
-  if (spool__table_insert(&g->freed, b) != SPOOL_OK) return;
-  size_t tail = (g->head + g->count) % SPOOL__GRAVE_CAP;
-  g->ring[tail] = b->ptr;
-  g->seqs[tail] = b->seq;
-  g->count++;
+  g->ring[(g->head + g->count++) % SPOOL__GRAVE_CAP] = *b;
 }
 
-void spool__grave_forget(spool__graveyard *g, uintptr_t ptr) {
-  /* The ring keeps the stale entry; its eviction finds no matching record and moves on. */
-  if (g->freed.count) spool__table_remove(&g->freed, ptr, NULL);
+const spool__buffer *spool__grave_find(const spool__graveyard *g, uintptr_t ptr) {
+  for (size_t i = g->count; i-- > 0;) {
+    const spool__buffer *b = &g->ring[(g->head + i) % SPOOL__GRAVE_CAP];
+    if (b->ptr == ptr) return b;
+  }
+  return NULL;
 }
 
 void spool__grave_free(spool__graveyard *g) {
-  spool__table_free(&g->freed);
   free(g->ring);
-  free(g->seqs);
   memset(g, 0, sizeof *g);
 }
 
