@@ -28,7 +28,7 @@ static spool_status enter(spool_pool *pool, const spool__buffer *e) {
   pthread_mutex_lock(&pool->lock);
   if (spool__table_remove(&pool->aligned, e->ptr, NULL))
     atomic_fetch_sub(&pool->aligned_live, 1);
-  spool_status s = spool__table_insert(&pool->aligned, e);
+  spool_status s = spool__table_insert(&pool->aligned, e, NULL);
   if (s == SPOOL_OK) atomic_fetch_add(&pool->aligned_live, 1);
   pthread_mutex_unlock(&pool->lock);
   return s;

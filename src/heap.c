@@ -141,7 +141,7 @@ static spool_status record(spool_pool *p, void *ptr, size_t size, cudaStream_t s
   if (track == SPOOL_TRACK_FULL) b.born_ns = spool__now_ns();
   b.seq = atomic_fetch_add(&p->seq, 1) + 1;
   pthread_mutex_lock(&p->lock);
-  if (track != SPOOL_TRACK_OFF) s = spool__table_insert(&p->live, &b);
+  if (track != SPOOL_TRACK_OFF) s = spool__table_insert(&p->live, &b, NULL);
   if (s == SPOOL_OK) count_alloc(p, size, track != SPOOL_TRACK_OFF);
   pthread_mutex_unlock(&p->lock);
   return s;
@@ -277,11 +277,11 @@ static spool_status adopt_locked(spool_pool *p, spool__scache *c, spool__block *
                                  cudaStream_t stream, const spool__site *site) {
   spool__buffer b = {.ptr = blk->addr, .bytes = blk->bytes, .blk = blk};
   front_lock(c);
-  spool_status s = spool__table_insert(&c->blocks, &b);
+  spool__buffer *at;
+  spool_status s = spool__table_insert(&c->blocks, &b, &at);
   if (s == SPOOL_OK) {
     c->c.misses++;
-    make_live(p, c, spool__table_lookup(&c->blocks, b.ptr), size, spool__class_of(size), stream,
-              site);
+    make_live(p, c, at, size, spool__class_of(size), stream, site);
   }
   front_unlock(c);
   if (s != SPOOL_OK) spool__heap_release(p, &c->pend, blk);
@@ -487,6 +487,7 @@ static SPOOL__INLINE bool to_bin(spool_pool *p, spool__scache *c, spool__buffer 
 static void to_heap(spool_pool *p, spool__scache *c, spool__buffer *b, cudaStream_t stream,
                     const spool__site *site, held h, bool pool_locked) {
   uintptr_t u = b->ptr;
+  size_t cap = c->blocks.cap; /* unchanged below: the table did not grow, b is still its slot */
   b->state = SPOOL__CACHED;
   b->died = *site;
   count_free(p, c, b);
@@ -496,7 +497,8 @@ static void to_heap(spool_pool *p, spool__scache *c, spool__buffer *b, cudaStrea
     h = enter(c);
   }
   spool__buffer gone;
-  spool__table_remove(&c->blocks, u, &gone);
+  if (c->blocks.cap == cap && b->ptr == u) spool__table_remove_at(&c->blocks, b, &gone);
+  else spool__table_remove(&c->blocks, u, &gone); /* moved meanwhile by another thread */
   leave(c, h);
   spool__front_bury(p, c, &gone);
   if (p->cfg.fence_bytes && gone.bytes >= p->cfg.fence_bytes)
@@ -663,12 +665,12 @@ static spool__free_result free_moved(spool_pool *p, void *ptr, cudaStream_t stre
   if (r == SPOOL__FREE_CACHED) *dead = b;
   if (r == SPOOL__FREE_DONE) {
     front_lock(c);
-    *s = spool__table_insert(&c->blocks, &b);
+    spool__buffer *at;
+    *s = spool__table_insert(&c->blocks, &b, &at);
     if (*s == SPOOL_OK) {
       c->c.bytes_in_use += b.size;
       c->c.buffers_in_use++;
-      *s = free_live(p, c, spool__table_lookup(&c->blocks, b.ptr), stream, site, capturing,
-                     HELD_LOCK, true);
+      *s = free_live(p, c, at, stream, site, capturing, HELD_LOCK, true);
     } else {
       /* No host memory to keep the record: the block goes into the heap without it. */
       if (spool__nvtx_on(p)) spool__nvtx_release_slow(p, c->stream, heap_of(&b), b.ptr, b.size);
@@ -731,7 +733,7 @@ static cudaError_t release_locked(spool_pool *pool, spool__buffer *b, cudaStream
     b->died = *site;
     spool__grave_bury(&pool->graves, b);
   } else {
-    (void)spool__table_insert(&pool->live, b); /* cannot fail: the removal left room */
+    (void)spool__table_insert(&pool->live, b, NULL); /* cannot fail: the removal left room */
   }
   return err;
 }

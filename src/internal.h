@@ -116,10 +116,13 @@ typedef struct spool__table {
   size_t count;
 } spool__table;
 
-/* Adds b (b->ptr must not be in t). Returns SPOOL_OK or SPOOL_ERR_HOST_OOM (t unchanged). */
-spool_status spool__table_insert(spool__table *t, const spool__buffer *b);
+/* Adds b (b->ptr must not be in t); *at (at may be NULL) is where its record now lies, valid
+ * until the next change of t. Returns SPOOL_OK or SPOOL_ERR_HOST_OOM (t unchanged). */
+spool_status spool__table_insert(spool__table *t, const spool__buffer *b, spool__buffer **at);
 /* Removes ptr and copies its record to *out (out may be NULL). Returns 1 when found, else 0. */
 int spool__table_remove(spool__table *t, uintptr_t ptr, spool__buffer *out);
+/* The same for a record known to lie at slot (from a lookup since t last changed): no probe. */
+void spool__table_remove_at(spool__table *t, spool__buffer *slot, spool__buffer *out);
 /* The record of ptr, or NULL. Valid until the next change of t. */
 const spool__buffer *spool__table_find(const spool__table *t, uintptr_t ptr);
 /* Where ptr's probe run starts. Pool pointers are 256-aligned: drop the zero bits, then

@@ -16,10 +16,11 @@
 
 static size_t slot_of(const spool__table *t, uintptr_t ptr) { return spool__table_home(t, ptr); }
 
-static void place(spool__table *t, const spool__buffer *b) {
+static spool__buffer *place(spool__table *t, const spool__buffer *b) {
   size_t i = slot_of(t, b->ptr);
   while (t->slots[i].ptr != 0) i = (i + 1) & (t->cap - 1);
   t->slots[i] = *b;
+  return &t->slots[i];
 }
 
 static spool_status grow(spool__table *t) {
@@ -37,13 +38,14 @@ static spool_status grow(spool__table *t) {
   return SPOOL_OK;
 }
 
-spool_status spool__table_insert(spool__table *t, const spool__buffer *b) {
+spool_status spool__table_insert(spool__table *t, const spool__buffer *b, spool__buffer **at) {
   /* Keep the load at most one half so that probe runs stay short. */
   if (2 * (t->count + 1) > t->cap) {
     spool_status s = grow(t);
     if (s != SPOOL_OK) return s;
   }
-  place(t, b);
+  spool__buffer *slot = place(t, b);
+  if (at) *at = slot;
   t->count++;
   return SPOOL_OK;
 }
@@ -68,12 +70,16 @@ static void close_hole(spool__table *t, size_t i) {
   t->slots[i].ptr = 0;
 }
 
+void spool__table_remove_at(spool__table *t, spool__buffer *slot, spool__buffer *out) {
+  if (out) *out = *slot;
+  close_hole(t, (size_t)(slot - t->slots));
+  t->count--;
+}
+
 int spool__table_remove(spool__table *t, uintptr_t ptr, spool__buffer *out) {
   size_t i = find_slot(t, ptr);
   if (i == SIZE_MAX) return 0;
-  if (out) *out = t->slots[i];
-  close_hole(t, i);
-  t->count--;
+  spool__table_remove_at(t, &t->slots[i], out);
   return 1;
 }
 
