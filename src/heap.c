@@ -665,16 +665,15 @@ static spool__free_result free_moved(spool_pool *p, void *ptr, cudaStream_t stre
   if (r == SPOOL__FREE_CACHED) *dead = b;
   if (r == SPOOL__FREE_DONE) {
     front_lock(c);
+    c->c.bytes_in_use += b.size; /* the buffer is this front's now */
+    c->c.buffers_in_use++;
     spool__buffer *at;
     *s = spool__table_insert(&c->blocks, &b, &at);
     if (*s == SPOOL_OK) {
-      c->c.bytes_in_use += b.size;
-      c->c.buffers_in_use++;
       *s = free_live(p, c, at, stream, site, capturing, HELD_LOCK, true);
     } else {
       /* No host memory to keep the record: the block goes into the heap without it. */
-      if (spool__nvtx_on(p)) spool__nvtx_release_slow(p, c->stream, heap_of(&b), b.ptr, b.size);
-      c->c.frees++;
+      count_free(p, c, &b);
       front_unlock(c);
       b.died = *site;
       spool__front_bury(p, c, &b);
