@@ -122,8 +122,9 @@ struct Route {
   std::function<bool(cudaStream_t)> filter;
 };
 
-// A free that has to wait until no route is open on its device (see must_defer).
-struct Deferred {
+// What spool_torch_free needs for a pointer: kept for a free that has to wait until no route is
+// open on its device (see must_defer), and for a DataPtr a checkpoint's restore handed out.
+struct FreeArgs {
   void *ptr;
   size_t size;
   int device;
@@ -269,7 +270,7 @@ public:
 
   void endAllocateToPool(c10::DeviceIndex device, MempoolId id) override {
     check_device(device);
-    std::vector<Deferred> now;
+    std::vector<FreeArgs> now;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       auto &routes = routes_[device];
@@ -281,7 +282,7 @@ public:
       routes_open_.fetch_sub(1);
       if (routes.empty()) now.swap(deferred_[device]);
     }
-    for (const Deferred &d : now) spool_torch_free(d.ptr, d.size, d.device, d.stream);
+    for (const FreeArgs &d : now) spool_torch_free(d.ptr, d.size, d.device, d.stream);
   }
 
   // The pool's free blocks wait to go back to spool; its allocated ones follow when freed.
@@ -363,7 +364,7 @@ public:
     std::lock_guard<std::mutex> lock(mutex_);
     for (void *ptr : delta.ptrs_freed) restored_.erase(ptr);
     for (const auto &e : allocd) {
-      restored_[e.ptr] = Deferred{e.ptr, e.size, device, e.stream};
+      restored_[e.ptr] = FreeArgs{e.ptr, e.size, device, e.stream};
       delta.dataptrs_allocd.emplace_back(e.ptr, e.ptr, raw_deleter(),
                                          c10::Device(c10::DeviceType::CUDA, device));
     }
@@ -373,7 +374,7 @@ public:
   // PyTorch's deleter (raw_deleter) calls this for every pointer it holds: the ones a restore
   // handed out are known here, the rest to the base class.
   void raw_delete(void *ptr) override {
-    Deferred r{};
+    FreeArgs r{};
     {
       std::lock_guard<std::mutex> lock(mutex_);
       auto it = restored_.find(ptr);
@@ -541,7 +542,7 @@ private:
       }
       bool open = device >= 0 && device < SPOOL_TORCH_MAX_DEVICES && !routes_[device].empty();
       if (open && must_defer(stream)) {
-        deferred_[device].push_back(Deferred{ptr, size, device, stream});
+        deferred_[device].push_back(FreeArgs{ptr, size, device, stream});
         return;
       }
     }
@@ -605,13 +606,13 @@ private:
   std::mutex mutex_; // the members below; never held while calling into the plug-in
   std::array<spool_torch_counters, SPOOL_TORCH_MAX_DEVICES> baseline_{};
   std::array<std::vector<Route>, SPOOL_TORCH_MAX_DEVICES> routes_;
-  std::array<std::vector<Deferred>, SPOOL_TORCH_MAX_DEVICES> deferred_;
+  std::array<std::vector<FreeArgs>, SPOOL_TORCH_MAX_DEVICES> deferred_;
   std::array<std::vector<Spare>, SPOOL_TORCH_MAX_DEVICES> spares_;
   std::array<uint64_t, SPOOL_TORCH_MAX_DEVICES> idle_bytes_{};  // free pool blocks and spares
   std::array<uint64_t, SPOOL_TORCH_MAX_DEVICES> idle_blocks_{};
   std::unordered_map<PoolKey, Pool, PoolKeyHash> pools_;
   std::unordered_map<void *, Block> blocks_; // every block of a live pool, and orphans
-  std::unordered_map<void *, Deferred> restored_; // DataPtrs made by setCheckpointPoolState
+  std::unordered_map<void *, FreeArgs> restored_; // DataPtrs made by setCheckpointPoolState
   std::atomic<int> routes_open_{0};          // read without the lock on every allocation and free
   std::atomic<size_t> blocks_count_{0};
   std::mutex streams_mutex_;
