@@ -66,9 +66,10 @@ uintptr_t spool__aligned_first(const spool_pool *pool, uintptr_t start) {
   spool_pool *p = (spool_pool *)pool; /* the lock only */
   uintptr_t first = start;
   pthread_mutex_lock(&p->lock);
-  for (size_t i = 0; i < p->aligned.cap; i++) {
-    const spool__buffer *e = &p->aligned.slots[i];
-    if (e->ptr && e->ptr - e->size == start) first = e->ptr;
+  const spool__index *x = &p->aligned.index;
+  for (size_t i = 0; i < x->cap; i++) {
+    const spool__buffer *e = x->slots[i].val;
+    if (x->slots[i].key && e->ptr - e->size == start) first = e->ptr;
   }
   pthread_mutex_unlock(&p->lock);
   return first;

@@ -24,8 +24,9 @@ bool spool__census_containing(spool_pool *p, uintptr_t u, spool__buffer *out) {
   for (spool__scache *c = p->caches; c && !found; c = c->next) {
     front_lock(c);
     for (size_t i = 0; i < c->blocks.cap && !found; i++) {
-      const spool__buffer *b = &c->blocks.slots[i];
-      if (b->ptr && b->state == SPOOL__LIVE && b->ptr <= u && u - b->ptr < b->size) {
+      if (!c->blocks.slots[i].key) continue;
+      const spool__buffer *b = &((const spool__block *)c->blocks.slots[i].val)->buf;
+      if (b->state == SPOOL__LIVE && b->ptr <= u && u - b->ptr < b->size) {
         *out = *b;
         found = true;
       }
@@ -41,7 +42,7 @@ bool spool__census_find_live(spool_pool *p, uintptr_t u, spool__buffer *out) {
   pthread_mutex_lock(&p->lock);
   for (spool__scache *c = p->caches; c && !found; c = c->next) {
     front_lock(c);
-    const spool__buffer *b = spool__table_lookup(&c->blocks, u);
+    const spool__buffer *b = front_rec(c, u);
     if (b && b->state == SPOOL__LIVE) {
       *out = *b;
       found = true;
@@ -64,8 +65,9 @@ typedef struct live_walk {
   void *arg;
 } live_walk;
 
-static void if_live(const spool__buffer *b, void *arg) {
+static void if_live(void *blk, void *arg) {
   const live_walk *w = arg;
+  const spool__buffer *b = &((const spool__block *)blk)->buf;
   if (b->state == SPOOL__LIVE) w->fn(b, w->arg);
 }
 
@@ -75,7 +77,7 @@ void spool__census_each_live(spool_pool *p, void (*fn)(const spool__buffer *, vo
   pthread_mutex_lock(&p->lock);
   for (spool__scache *c = p->caches; c; c = c->next) {
     front_lock(c);
-    spool__table_each(&c->blocks, if_live, &w);
+    spool__index_each(&c->blocks, if_live, &w);
     front_unlock(c);
   }
   pthread_mutex_unlock(&p->lock);
@@ -193,8 +195,8 @@ spool_status spool__census_flush_all(spool_pool *p, const char *ctx) {
 static void spool__front_destroy(spool__scache *c) {
   if (c->pend.fence && cudaEventDestroy(c->pend.fence) != cudaSuccess)
     spool__clear_cuda_error();
-  spool__table_free(&c->blocks);
-  for (unsigned i = 0; i < SPOOL__CLASSES; i++) free(c->bins[i].ptrs);
+  spool__index_free(&c->blocks); /* the records are the heap's blocks */
+  for (unsigned i = 0; i < SPOOL__CLASSES; i++) free(c->bins[i].items);
   free(c->quar);
   free(c);
 }

@@ -74,7 +74,21 @@ static spool__block *record_new(spool__heap *h) {
   }
   spool__block *b = h->spare;
   h->spare = b->next;
-  return b; /* its callers set every field (a compound literal) */
+  return b; /* its callers set every field through block_init */
+}
+
+/* The heap's fields of a record; links and owner empty. The buffer's record inside it is the
+ * front's (heap.c), written when the block is handed out: not zeroed here. */
+static void block_init(spool__block *b, uintptr_t addr, uint64_t bytes, spool__chunk *c,
+                       uint8_t state) {
+  b->addr = addr;
+  b->bytes = bytes;
+  b->prev = b->next = b->fprev = b->fnext = b->pprev = b->pnext = NULL;
+  b->chunk = c;
+  b->owner = NULL;
+  b->tick = 0;
+  b->bin = 0;
+  b->state = state;
 }
 
 static void record_drop(spool__heap *h, spool__block *b) {
@@ -216,8 +230,9 @@ static spool__block *carve(spool__heap *h, spool__block *b, uint64_t need) {
   }
   spool__block *u = record_new(h);
   if (!u) return NULL;
-  *u = (spool__block){.addr = b->addr, .bytes = need, .prev = b->prev, .next = b,
-                      .chunk = b->chunk, .state = SPOOL__BLOCK_USED};
+  block_init(u, b->addr, need, b->chunk, SPOOL__BLOCK_USED);
+  u->prev = b->prev;
+  u->next = b;
   if (b->prev) b->prev->next = u;
   else b->chunk->first = u;
   b->prev = u;
@@ -293,8 +308,9 @@ spool__block *spool__heap_add_chunk(spool_pool *p, spool__pending *own, uintptr_
   h->chunk_allocs++;
   if (SPOOL__UNLIKELY(p->trace)) spool__trace_chunk(p, SPOOL_TRACE_CHUNK_ALLOC, addr, bytes, NULL);
   /* The whole chunk is a range freed on own's stream just now; the caller's block is cut off. */
-  *b = (spool__block){.addr = addr, .bytes = bytes, .chunk = c, .state = SPOOL__BLOCK_FREE,
-                      .owner = own, .tick = ++own->tick};
+  block_init(b, addr, bytes, c, SPOOL__BLOCK_FREE);
+  b->owner = own;
+  b->tick = ++own->tick;
   enlist(h, b);
   spool__block *u = carve(h, b, need);
   if (u) h->allocs++;

@@ -122,21 +122,17 @@ void spool__front_publish_buffers(spool_pool *p, spool__scache *c) {
 
 /* ---- bins ---------------------------------------------------------------------------------- */
 
-/* Under the pool's lock: the record b of a freed block, out of every table, is remembered as
- * freed (for double-free messages) and its block goes into the heap, pending on c's stream:
- * every way a block leaves a stream's keeping ends here. */
 void spool__front_bury(spool_pool *p, spool__scache *c, const spool__buffer *b) {
   spool__grave_bury(&p->graves, b);
   spool__heap_release(p, &c->pend, b->blk);
 }
 
-/* Under c's lock and the pool's: the front block u (its bin entry is the caller's to drop) goes
+/* Under c's lock and the pool's: the front block b (its bin entry is the caller's to drop) goes
  * into the heap, pending on c's stream, and is remembered as freed (for double-free messages). */
-static void spill_one(spool_pool *p, spool__scache *c, uintptr_t u) {
-  spool__buffer b;
-  spool__table_remove(&c->blocks, u, &b);
-  c->c.bytes_cached -= b.bytes;
-  spool__front_bury(p, c, &b);
+static void spill_one(spool_pool *p, spool__scache *c, spool__buffer *b) {
+  spool__index_remove(&c->blocks, b->ptr);
+  c->c.bytes_cached -= b->bytes;
+  spool__front_bury(p, c, b);
 }
 
 /* Under the pool's lock: the blocks of c's front that the stream has not taken back within its
@@ -158,10 +154,10 @@ uint32_t spool__front_spill(spool_pool *p, spool__scache *c, uint64_t age, bool 
       spool__bin *bin = &c->bins[cls];
       uint32_t old = 0;
       while (old < bin->count &&
-             (age == 0 || spool__table_lookup(&c->blocks, bin->ptrs[old])->tick < keep_from))
-        spill_one(p, c, bin->ptrs[old++]);
+             (age == 0 || ((spool__buffer *)bin->items[old])->tick < keep_from))
+        spill_one(p, c, bin->items[old++]);
       if (!old) continue;
-      memmove(bin->ptrs, bin->ptrs + old, (bin->count - old) * sizeof *bin->ptrs);
+      memmove(bin->items, bin->items + old, (bin->count - old) * sizeof *bin->items);
       bin->count -= old;
       c->front_blocks -= old;
       spilled += old;
@@ -192,14 +188,14 @@ uintptr_t spool__quar_pop(spool__scache *c) {
   uintptr_t u = c->quar[c->quar_head];
   c->quar_head = (c->quar_head + 1) % c->quar_cap;
   c->quar_count--;
-  c->quar_bytes -= spool__table_lookup(&c->blocks, u)->bytes;
+  c->quar_bytes -= front_rec(c, u)->bytes;
   return u;
 }
 
 /* Under the pool's lock and c's: the quarantined block u goes into the heap. */
 void spool__quar_release(spool_pool *p, spool__scache *c, uintptr_t u) {
-  spool__buffer gone;
-  if (spool__table_remove(&c->blocks, u, &gone)) spool__front_bury(p, c, &gone);
+  spool__block *k = spool__index_remove(&c->blocks, u);
+  if (k) spool__front_bury(p, c, &k->buf);
 }
 
 /* Under the pool's lock: everything c keeps in quarantine goes into the heap. */

@@ -144,28 +144,36 @@ static inline uint64_t next_seq(spool_pool *p, spool__scache *c) {
 }
 /* ---- bins ---------------------------------------------------------------------------------- */
 
-static inline bool bin_push(spool__scache *c, unsigned cls, uintptr_t u) {
+static inline bool bin_push(spool__scache *c, unsigned cls, spool__buffer *b) {
   spool__bin *bin = &c->bins[cls];
   if (bin->count == bin->cap && !spool__bin_grow(bin)) return false;
-  bin->ptrs[bin->count++] = u;
+  bin->items[bin->count++] = b;
   c->front_map[cls / 64] |= (uint64_t)1 << (cls % 64);
   c->front_blocks++;
   return true;
 }
 
-static inline uintptr_t bin_pop(spool__scache *c, unsigned cls) {
+static inline spool__buffer *bin_pop(spool__scache *c, unsigned cls) {
   spool__bin *bin = &c->bins[cls];
-  uintptr_t u = bin->ptrs[--bin->count];
+  spool__buffer *b = bin->items[--bin->count];
   if (!bin->count) c->front_map[cls / 64] &= ~((uint64_t)1 << (cls % 64));
   c->front_blocks--;
-  return u;
+  return b;
+}
+
+/* ---- the front's records ------------------------------------------------------------------- */
+
+/* The record of the block at u that c holds (live or in a front bin), or NULL. Under c's lock. */
+static inline spool__buffer *front_rec(const spool__scache *c, uintptr_t u) {
+  spool__block *k = spool__index_find(&c->blocks, u);
+  return k ? &k->buf : NULL;
 }
 
 /* ---- leaving the front ---------------------------------------------------------------------- */
 
-/* Under the pool's lock: the record b of a freed block, out of every table, is remembered as
- * freed (for double-free messages) and its block goes into the heap, pending on c's stream:
- * every way a block leaves a stream's keeping ends here. */
+/* Under the pool's lock: the record b of a freed block, out of every index, is remembered as
+ * freed (for double-free messages) and its block goes into the heap, pending on c's stream
+ * (the record goes with it): every way a block leaves a stream's keeping ends here. */
 void spool__front_bury(spool_pool *p, spool__scache *c, const spool__buffer *b);
 /* Under the pool's lock: the blocks of c's front that the stream has not taken back within its
  * last `age` frees go into the heap (age 0: all of them); with `due`, only every FRONT_AGE / 4

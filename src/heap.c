@@ -201,17 +201,11 @@ static inline unsigned bin_above(const spool__scache *c, unsigned cls) {
  * 1/8 of its size), else of the nearest class above within FIT_CLASSES; taken out of its bin.
  * NULL when there is none. Under c's lock. */
 static inline spool__buffer *pop(spool__scache *c, unsigned cls, size_t size) {
-  spool__bin *bin = &c->bins[cls];
-  if (bin->count) {
-    spool__buffer *b = spool__table_lookup(&c->blocks, bin->ptrs[bin->count - 1]);
-    if (b->bytes >= size) {
-      bin_pop(c, cls);
-      return b;
-    }
-  }
+  const spool__bin *bin = &c->bins[cls];
+  if (bin->count && ((spool__buffer *)bin->items[bin->count - 1])->bytes >= size)
+    return bin_pop(c, cls);
   unsigned k = bin_above(c, cls);
-  if (!k) return NULL;
-  return spool__table_lookup(&c->blocks, bin_pop(c, k));
+  return k ? bin_pop(c, k) : NULL;
 }
 
 /* Under c's lock: the front block b becomes the caller's buffer. */
@@ -227,13 +221,10 @@ static inline void take_hit(spool_pool *p, spool__scache *c, spool__buffer *b, s
  * needs no new memory. */
 static spool_status hit_poisoned(spool_pool *p, spool__scache *c, spool__buffer *b, size_t size,
                                  cudaStream_t stream, const spool__site *site) {
-  uintptr_t u = b->ptr;
-  unsigned cls = b->cls;
-  spool_status s = poison_new(p, (void *)u, size, stream);
+  spool_status s = poison_new(p, (void *)b->ptr, size, stream);
   front_lock(c);
-  b = spool__table_lookup(&c->blocks, u);
   if (s == SPOOL_OK) take_hit(p, c, b, size, spool__class_of(size), stream, site);
-  else (void)bin_push(c, cls, u);
+  else (void)bin_push(c, b->cls, b);
   front_unlock(c);
   return s;
 }
@@ -271,17 +262,20 @@ static spool_status new_chunk(spool_pool *p, spool__scache *c, uint64_t need, si
   return s;
 }
 
-/* Enters the heap block blk in c's table as the caller's buffer. Under the pool's lock; on
- * failure the block goes back into the heap. */
+/* Enters the heap block blk in c's index as the caller's buffer (its record is the block's).
+ * Under the pool's lock; on failure the block goes back into the heap. */
 static spool_status adopt_locked(spool_pool *p, spool__scache *c, spool__block *blk, size_t size,
                                  cudaStream_t stream, const spool__site *site) {
-  spool__buffer b = {.ptr = blk->addr, .bytes = blk->bytes, .blk = blk};
   front_lock(c);
-  spool__buffer *at;
-  spool_status s = spool__table_insert(&c->blocks, &b, &at);
+  spool_status s = spool__index_insert(&c->blocks, blk->addr, blk);
   if (s == SPOOL_OK) {
+    spool__buffer *b = &blk->buf; /* make_live and the free set the rest */
+    b->ptr = blk->addr;
+    b->bytes = blk->bytes;
+    b->blk = blk;
+    b->graph = false;
     c->c.misses++;
-    make_live(p, c, at, size, spool__class_of(size), stream, site);
+    make_live(p, c, b, size, spool__class_of(size), stream, site);
   }
   front_unlock(c);
   if (s != SPOOL_OK) spool__heap_release(p, &c->pend, blk);
@@ -471,7 +465,7 @@ static SPOOL__INLINE bool front_admits(const spool_pool *p, const spool__scache 
  * was asked for (a repeat of that size finds it). False when the bin cannot grow. */
 static SPOOL__INLINE bool to_bin(spool_pool *p, spool__scache *c, spool__buffer *b,
                           const spool__site *site) {
-  if (!bin_push(c, b->cls, b->ptr)) return false;
+  if (!bin_push(c, b->cls, b)) return false;
   b->state = SPOOL__CACHED;
   b->died = *site;
   b->tick = ++c->tick;
@@ -482,12 +476,10 @@ static SPOOL__INLINE bool to_bin(spool_pool *p, spool__scache *c, spool__buffer 
 
 /* Under c's lock, held as h (left here): the live block b goes into the heap, pending on c's
  * stream. With the pool's lock held (pool_locked) it is taken no second time. Until it is in
- * the graveyard its record stays in c's table, freed: a concurrent free of the same pointer,
+ * the graveyard its record stays in c's index, freed: a concurrent free of the same pointer,
  * which looks in the fronts and then in the graveyard, finds it in one of them. */
 static void to_heap(spool_pool *p, spool__scache *c, spool__buffer *b, cudaStream_t stream,
                     const spool__site *site, held h, bool pool_locked) {
-  uintptr_t u = b->ptr;
-  size_t cap = c->blocks.cap; /* unchanged below: the table did not grow, b is still its slot */
   b->state = SPOOL__CACHED;
   b->died = *site;
   count_free(p, c, b);
@@ -496,12 +488,11 @@ static void to_heap(spool_pool *p, spool__scache *c, spool__buffer *b, cudaStrea
     pthread_mutex_lock(&p->lock);
     h = enter(c);
   }
-  spool__buffer gone;
-  if (c->blocks.cap == cap && b->ptr == u) spool__table_remove_at(&c->blocks, b, &gone);
-  else spool__table_remove(&c->blocks, u, &gone); /* moved meanwhile by another thread */
+  spool__index_remove(&c->blocks, b->ptr);
   leave(c, h);
-  spool__front_bury(p, c, &gone);
-  if (p->cfg.fence_bytes && gone.bytes >= p->cfg.fence_bytes)
+  uint64_t bytes = b->bytes;
+  spool__front_bury(p, c, b); /* b's record goes with its block */
+  if (p->cfg.fence_bytes && bytes >= p->cfg.fence_bytes)
     spool__heap_fence_now(p, &c->pend, stream); /* the decision now, not in a few operations */
   else
     spool__heap_stream_op(p, &c->pend, stream);
@@ -616,7 +607,7 @@ static spool__free_result front_free(spool_pool *p, void *ptr, cudaStream_t stre
   *s = freeing_cache(p, stream, &c, &capturing);
   if (*s != SPOOL_OK) return SPOOL__FREE_DONE;
   held h = enter(c);
-  spool__buffer *b = spool__table_lookup(&c->blocks, (uintptr_t)ptr);
+  spool__buffer *b = front_rec(c, (uintptr_t)ptr);
   if (!b || b->state == SPOOL__CACHED) {
     if (b) *dead = *b;
     leave(c, h);
@@ -626,20 +617,22 @@ static spool__free_result front_free(spool_pool *p, void *ptr, cudaStream_t stre
   return SPOOL__FREE_DONE;
 }
 
-/* Takes ptr's live record out of whichever other front holds it. Under the pool's lock. */
+/* Takes ptr's live record out of whichever other front holds it (*taken), or copies its record
+ * when it sits freed there (*out). Under the pool's lock. */
 static spool__free_result take_from_other(spool_pool *p, const spool__scache *self, uintptr_t u,
-                                          spool__buffer *out) {
+                                          spool__buffer *out, spool__buffer **taken) {
   spool__free_result r = SPOOL__FREE_PASS;
   for (spool__scache *c = p->caches; c && r == SPOOL__FREE_PASS; c = c->next) {
     if (c == self) continue;
     front_lock(c);
-    spool__buffer *b = spool__table_lookup(&c->blocks, u);
+    spool__buffer *b = front_rec(c, u);
     if (b && b->state == SPOOL__CACHED) {
       *out = *b;
       r = SPOOL__FREE_CACHED;
     } else if (b) {
-      spool__table_remove(&c->blocks, u, out);
-      c->c.bytes_in_use -= out->size; /* the freeing stream's front takes it over */
+      spool__index_remove(&c->blocks, u);
+      *taken = b;
+      c->c.bytes_in_use -= b->size; /* the freeing stream's front takes it over */
       c->c.buffers_in_use--;
       after_op(p, c);
       r = SPOOL__FREE_DONE;
@@ -659,24 +652,22 @@ static spool__free_result free_moved(spool_pool *p, void *ptr, cudaStream_t stre
   bool capturing;
   *s = freeing_cache(p, stream, &c, &capturing);
   if (*s != SPOOL_OK) return SPOOL__FREE_DONE;
-  spool__buffer b;
+  spool__buffer *b = NULL;
   pthread_mutex_lock(&p->lock);
-  spool__free_result r = take_from_other(p, c, (uintptr_t)ptr, &b);
-  if (r == SPOOL__FREE_CACHED) *dead = b;
+  spool__free_result r = take_from_other(p, c, (uintptr_t)ptr, dead, &b);
   if (r == SPOOL__FREE_DONE) {
     front_lock(c);
-    c->c.bytes_in_use += b.size; /* the buffer is this front's now */
+    c->c.bytes_in_use += b->size; /* the buffer is this front's now */
     c->c.buffers_in_use++;
-    spool__buffer *at;
-    *s = spool__table_insert(&c->blocks, &b, &at);
+    *s = spool__index_insert(&c->blocks, b->ptr, b->blk);
     if (*s == SPOOL_OK) {
-      *s = free_live(p, c, at, stream, site, capturing, HELD_LOCK, true);
+      *s = free_live(p, c, b, stream, site, capturing, HELD_LOCK, true);
     } else {
-      /* No host memory to keep the record: the block goes into the heap without it. */
-      count_free(p, c, &b);
+      /* No host memory to index the block: it goes into the heap at once. */
+      count_free(p, c, b);
       front_unlock(c);
-      b.died = *site;
-      spool__front_bury(p, c, &b);
+      b->died = *site;
+      spool__front_bury(p, c, b);
       *s = SPOOL_OK;
     }
   }

@@ -108,38 +108,65 @@ typedef struct spool__buffer {
 
 enum { SPOOL__LIVE = 0, SPOOL__CACHED = 1 };
 
-/* Open addressing, linear probing, backward-shift deletion: no tombstones, no allocation once
- * the table has grown to the working set. Not thread safe: the pool's lock guards it. */
-typedef struct spool__table {
-  spool__buffer *slots;
+/* A map from a device address to a record of the caller's: open addressing, linear probing,
+ * backward-shift deletion (no tombstones, no allocation once it has grown to the working set).
+ * Slots hold the key beside the record's pointer, so a probe reads no record; the records stay
+ * where their owner put them. Not thread safe: its owner's lock guards it. */
+typedef struct spool__index_slot {
+  uintptr_t key; /* 0 marks an empty slot */
+  void *val;
+} spool__index_slot;
+
+typedef struct spool__index {
+  spool__index_slot *slots;
   size_t cap;   /* power of two, or 0 before the first insert */
   size_t count;
+} spool__index;
+
+/* Adds key -> val (key must not be in x). SPOOL_OK or SPOOL_ERR_HOST_OOM (x unchanged). */
+spool_status spool__index_insert(spool__index *x, uintptr_t key, void *val);
+/* Removes key; returns its record, or NULL when key was not there. */
+void *spool__index_remove(spool__index *x, uintptr_t key);
+/* Calls fn for every record, in no particular order. */
+void spool__index_each(const spool__index *x, void (*fn)(void *val, void *arg), void *arg);
+void spool__index_free(spool__index *x);
+
+/* Where key's probe run starts. Pool pointers are 256-aligned: drop the zero bits, then
+ * Fibonacci hashing spreads them. */
+static inline size_t spool__index_home(const spool__index *x, uintptr_t key) {
+  uint64_t h = (uint64_t)(key >> 8) * UINT64_C(0x9E3779B97F4A7C15);
+  return (size_t)(h >> 32) & (x->cap - 1);
+}
+
+/* key's record, or NULL. Inline: every cached free looks its block up. */
+static inline void *spool__index_find(const spool__index *x, uintptr_t key) {
+  if (x->cap == 0) return NULL;
+  for (size_t i = spool__index_home(x, key);; i = (i + 1) & (x->cap - 1)) {
+    if (x->slots[i].key == key) return x->slots[i].val;
+    if (x->slots[i].key == 0) return NULL;
+  }
+}
+
+/* Buffer records by pointer (the uncached path's live buffers, aligned batches): an index whose
+ * records the table allocates one by one, so they keep their address until removed. A removed
+ * record is kept for the next insert: an insert right after a removal (putting a record back
+ * when the driver refused its free) needs no memory and cannot fail. */
+typedef struct spool__table {
+  spool__index index;
+  union spool__buffer_spare *spare; /* removed records, for reuse */
 } spool__table;
 
-/* Adds b (b->ptr must not be in t); *at (at may be NULL) is where its record now lies, valid
- * until the next change of t. Returns SPOOL_OK or SPOOL_ERR_HOST_OOM (t unchanged). */
+/* Adds a copy of b (b->ptr must not be in t); *at (at may be NULL) is where the copy lies,
+ * valid until it is removed. Returns SPOOL_OK or SPOOL_ERR_HOST_OOM (t unchanged). */
 spool_status spool__table_insert(spool__table *t, const spool__buffer *b, spool__buffer **at);
 /* Removes ptr and copies its record to *out (out may be NULL). Returns 1 when found, else 0. */
 int spool__table_remove(spool__table *t, uintptr_t ptr, spool__buffer *out);
-/* The same for a record known to lie at slot (from a lookup since t last changed): no probe. */
-void spool__table_remove_at(spool__table *t, spool__buffer *slot, spool__buffer *out);
-/* The record of ptr, or NULL. Valid until the next change of t. */
-const spool__buffer *spool__table_find(const spool__table *t, uintptr_t ptr);
-/* Where ptr's probe run starts. Pool pointers are 256-aligned: drop the zero bits, then
- * Fibonacci hashing spreads them. */
-static inline size_t spool__table_home(const spool__table *t, uintptr_t ptr) {
-  uint64_t h = (uint64_t)(ptr >> 8) * UINT64_C(0x9E3779B97F4A7C15);
-  return (size_t)(h >> 32) & (t->cap - 1);
-}
-
-/* The record of ptr, to change in place (never its ptr), or NULL. Inline: every cached
- * allocation and free looks its block up. */
+/* The record of ptr, or NULL. Valid until it is removed. */
 static inline spool__buffer *spool__table_lookup(spool__table *t, uintptr_t ptr) {
-  if (t->cap == 0) return NULL;
-  for (size_t i = spool__table_home(t, ptr);; i = (i + 1) & (t->cap - 1)) {
-    if (t->slots[i].ptr == ptr) return &t->slots[i];
-    if (t->slots[i].ptr == 0) return NULL;
-  }
+  return spool__index_find(&t->index, ptr);
+}
+static inline const spool__buffer *spool__table_find(const spool__table *t, uintptr_t ptr) {
+  return spool__index_find(&t->index, ptr);
 }
 /* The live buffer that ptr points inside of (not at its start), or NULL. A scan: error paths
  * only. */
@@ -240,6 +267,7 @@ typedef struct spool__block {
   uint64_t tick;                /* free and pending: the owner's release count at the free */
   uint16_t bin;
   uint8_t state;
+  spool__buffer buf; /* used: the buffer's record, in its stream's front (heap.c) */
 } spool__block;
 
 typedef struct spool__chunk {
@@ -341,13 +369,15 @@ uint64_t spool__heap_pending_bytes(const spool__pending *own);
 
 /* ---- front.c: the per-stream fronts of the heap --------------------------------------------- */
 
+/* A growing array of pointers: a front bin (block records, most recently freed last), or the
+ * list of a carved buffer's pieces (nvtx.c: their addresses). */
 typedef struct spool__bin {
-  uintptr_t *ptrs; /* cached blocks of one class, most recently freed last */
+  void **items;
   uint32_t count, cap;
 } spool__bin;
 
-/* Room for one more address in bin (its capacity doubled when full, from 8); false without
- * host memory, bin unchanged. Also the list of a carved buffer's pieces (nvtx.c). (track.c) */
+/* Room for one more item in bin (its capacity doubled when full, from 8); false without host
+ * memory, bin unchanged. (track.c) */
 bool spool__bin_grow(spool__bin *bin);
 
 /* What one stream cache has counted; summed over the caches for spool_stats. bytes_cached: in
@@ -373,7 +403,7 @@ typedef struct spool__scache {
   bool may_own;           /* cache_owner=on and the barrier works here */
   cudaStream_t stream;     /* the handle it is for; the legacy stream is always NULL */
   uint64_t thread;         /* cudaStreamPerThread: the owning thread's number; else 0 */
-  spool__table blocks;     /* every block the stream holds, live or cached */
+  spool__index blocks;     /* every block the stream holds, live or cached: address -> block */
   spool__bin bins[SPOOL__CLASSES]; /* the front: freed blocks by the class of their size */
   uint64_t front_map[SPOOL__BIN_WORDS]; /* its non-empty bins */
   spool__cache_counters c;

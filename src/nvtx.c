@@ -47,7 +47,7 @@ void spool__nvtx_fini(spool_pool *p) {
     carved *next;
     for (carved *c = p->nvtx.carved[i]; c; c = next) {
       next = c->next;
-      free(c->pieces.ptrs);
+      free(c->pieces.items);
       free(c);
     }
     p->nvtx.carved[i] = NULL;
@@ -134,9 +134,9 @@ static void region_register(void *heap, uintptr_t ptr, uint64_t size) {
   nvtxMemRegionsRegister(domain, &batch);
 }
 
-static void regions_unregister(const uintptr_t *ptrs, size_t count) {
+static void regions_unregister(void *const *ptrs, size_t count) {
   for (size_t i = 0; i < count; i++) {
-    nvtxMemRegionRef_t ref = {.pointer = (const void *)ptrs[i]};
+    nvtxMemRegionRef_t ref = {.pointer = ptrs[i]};
     nvtxMemRegionsUnregisterBatch_t batch = {
         .extCompatID = NVTX_EXT_COMPATID_MEM,
         .structSize = sizeof batch,
@@ -172,11 +172,11 @@ void spool__nvtx_release_slow(spool_pool *p, cudaStream_t stream, const void *he
   if (c) *at = c->next;
   pthread_mutex_unlock(&p->nvtx.lock);
   if (!c) {
-    if (size) regions_unregister(&ptr, 1);
+    if (size) regions_unregister((void *[]){(void *)ptr}, 1);
     return;
   }
-  regions_unregister(c->pieces.ptrs, c->pieces.count);
-  free(c->pieces.ptrs);
+  regions_unregister(c->pieces.items, c->pieces.count);
+  free(c->pieces.items);
   free(c);
 }
 
@@ -190,7 +190,7 @@ bool spool__nvtx_carve(spool_pool *p, void *heap, uintptr_t base, uint64_t size)
   c->next = *at;
   *at = c;
   pthread_mutex_unlock(&p->nvtx.lock);
-  if (size) regions_unregister(&base, 1);
+  if (size) regions_unregister((void *[]){(void *)base}, 1);
   return true;
 }
 
@@ -201,7 +201,7 @@ void spool__nvtx_piece(spool_pool *p, uintptr_t base, uintptr_t ptr, uint64_t si
   /* Without host memory for its record a piece stays unregistered, and a tool would report
    * its use: the cost of a report that cannot be kept. */
   bool room = c && (c->pieces.count < c->pieces.cap || spool__bin_grow(&c->pieces));
-  if (room) c->pieces.ptrs[c->pieces.count++] = ptr;
+  if (room) c->pieces.items[c->pieces.count++] = (void *)ptr;
   void *heap = room ? c->heap : NULL;
   pthread_mutex_unlock(&p->nvtx.lock);
   if (heap) region_register(heap, ptr, size);

@@ -1,10 +1,10 @@
-/* What a pool knows of its buffers: the live-buffer table (pointer -> record) and the graveyard
- * of recent frees (to tell a double free from a foreign pointer). The list of live pools is
- * registry.c's.
+/* What a pool knows of its buffers: the index (address -> record) under the fronts and the
+ * live-buffer table, the table itself, and the graveyard of recent frees (to tell a double free
+ * from a foreign pointer). The list of live pools is registry.c's.
  *
- * The table uses open addressing with linear probing and backward-shift deletion: no tombstones
+ * The index uses open addressing with linear probing and backward-shift deletion: no tombstones
  * to clean up, and once it has grown to the working set, insert and remove never touch the heap.
- * The pool's lock guards the table and the graveyard. */
+ * Its owner's lock guards it (the pool's for the table and the graveyard). */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 
 #include "internal.h"
@@ -14,95 +14,147 @@
 #include <string.h>
 #include <time.h>
 
-static size_t slot_of(const spool__table *t, uintptr_t ptr) { return spool__table_home(t, ptr); }
+/* ---- the index ---------------------------------------------------------------------------- */
 
-static spool__buffer *place(spool__table *t, const spool__buffer *b) {
-  size_t i = slot_of(t, b->ptr);
-  while (t->slots[i].ptr != 0) i = (i + 1) & (t->cap - 1);
-  t->slots[i] = *b;
-  return &t->slots[i];
+static void place(spool__index *x, uintptr_t key, void *val) {
+  size_t i = spool__index_home(x, key);
+  while (x->slots[i].key != 0) i = (i + 1) & (x->cap - 1);
+  x->slots[i] = (spool__index_slot){key, val};
 }
 
-static spool_status grow(spool__table *t) {
-  size_t cap = t->cap ? t->cap * 2 : 64;
-  spool__buffer *slots = calloc(cap, sizeof *slots);
+static spool_status grow(spool__index *x) {
+  size_t cap = x->cap ? x->cap * 2 : 64;
+  spool__index_slot *slots = calloc(cap, sizeof *slots);
   if (!slots)
-    return spool__fail(SPOOL_ERR_HOST_OOM, "spool: cannot grow the live-buffer table to %zu "
-                       "entries", cap);
-  spool__table old = *t;
-  t->slots = slots;
-  t->cap = cap;
+    return spool__fail(SPOOL_ERR_HOST_OOM, "spool: cannot grow a buffer index to %zu entries",
+                       cap);
+  spool__index old = *x;
+  x->slots = slots;
+  x->cap = cap;
   for (size_t i = 0; i < old.cap; i++)
-    if (old.slots[i].ptr != 0) place(t, &old.slots[i]);
+    if (old.slots[i].key != 0) place(x, old.slots[i].key, old.slots[i].val);
   free(old.slots);
   return SPOOL_OK;
 }
 
-spool_status spool__table_insert(spool__table *t, const spool__buffer *b, spool__buffer **at) {
+spool_status spool__index_insert(spool__index *x, uintptr_t key, void *val) {
   /* Keep the load at most one half so that probe runs stay short. */
-  if (2 * (t->count + 1) > t->cap) {
-    spool_status s = grow(t);
+  if (2 * (x->count + 1) > x->cap) {
+    spool_status s = grow(x);
     if (s != SPOOL_OK) return s;
   }
-  spool__buffer *slot = place(t, b);
-  if (at) *at = slot;
-  t->count++;
+  place(x, key, val);
+  x->count++;
   return SPOOL_OK;
 }
 
-static size_t find_slot(const spool__table *t, uintptr_t ptr) {
-  const spool__buffer *b = spool__table_lookup((spool__table *)t, ptr);
-  return b ? (size_t)(b - t->slots) : SIZE_MAX;
-}
-
 /* Moves later entries of the probe run back over the hole at i, so lookups never stop early. */
-static void close_hole(spool__table *t, size_t i) {
-  size_t mask = t->cap - 1;
-  for (size_t j = (i + 1) & mask; t->slots[j].ptr != 0; j = (j + 1) & mask) {
-    size_t home = slot_of(t, t->slots[j].ptr);
+static void close_hole(spool__index *x, size_t i) {
+  size_t mask = x->cap - 1;
+  for (size_t j = (i + 1) & mask; x->slots[j].key != 0; j = (j + 1) & mask) {
+    size_t home = spool__index_home(x, x->slots[j].key);
     /* The entry at j may fill the hole if its home is not in the cyclic range (i, j]. */
     int home_in_range = i <= j ? (i < home && home <= j) : (i < home || home <= j);
     if (!home_in_range) {
-      t->slots[i] = t->slots[j];
+      x->slots[i] = x->slots[j];
       i = j;
     }
   }
-  t->slots[i].ptr = 0;
+  x->slots[i].key = 0;
 }
 
-void spool__table_remove_at(spool__table *t, spool__buffer *slot, spool__buffer *out) {
-  if (out) *out = *slot;
-  close_hole(t, (size_t)(slot - t->slots));
-  t->count--;
+void *spool__index_remove(spool__index *x, uintptr_t key) {
+  if (x->cap == 0) return NULL;
+  for (size_t i = spool__index_home(x, key);; i = (i + 1) & (x->cap - 1)) {
+    if (x->slots[i].key == 0) return NULL;
+    if (x->slots[i].key == key) {
+      void *val = x->slots[i].val;
+      close_hole(x, i);
+      x->count--;
+      return val;
+    }
+  }
+}
+
+void spool__index_each(const spool__index *x, void (*fn)(void *val, void *arg), void *arg) {
+  for (size_t i = 0; i < x->cap; i++)
+    if (x->slots[i].key != 0) fn(x->slots[i].val, arg);
+}
+
+void spool__index_free(spool__index *x) {
+  free(x->slots);
+  memset(x, 0, sizeof *x);
+}
+
+/* ---- the table: buffer records by pointer ---------------------------------------------------- */
+
+/* A removed record, kept for the next insert: the list runs through the records themselves. */
+typedef union spool__buffer_spare {
+  spool__buffer buf;
+  union spool__buffer_spare *next;
+} spool__buffer_spare;
+
+spool_status spool__table_insert(spool__table *t, const spool__buffer *b, spool__buffer **at) {
+  spool__buffer_spare *r = t->spare;
+  if (r) t->spare = r->next;
+  else if (!(r = malloc(sizeof *r)))
+    return spool__fail(SPOOL_ERR_HOST_OOM, "spool: no host memory for the record of buffer %p",
+                       (void *)b->ptr);
+  spool_status s = spool__index_insert(&t->index, b->ptr, &r->buf);
+  if (s != SPOOL_OK) {
+    r->next = t->spare;
+    t->spare = r;
+    return s;
+  }
+  r->buf = *b;
+  if (at) *at = &r->buf;
+  return SPOOL_OK;
 }
 
 int spool__table_remove(spool__table *t, uintptr_t ptr, spool__buffer *out) {
-  size_t i = find_slot(t, ptr);
-  if (i == SIZE_MAX) return 0;
-  spool__table_remove_at(t, &t->slots[i], out);
+  spool__buffer_spare *r = spool__index_remove(&t->index, ptr);
+  if (!r) return 0;
+  if (out) *out = r->buf;
+  r->next = t->spare;
+  t->spare = r;
   return 1;
+}
+
+typedef struct each_arg {
+  void (*fn)(const spool__buffer *, void *);
+  void *arg;
+} each_arg;
+
+static void each_one(void *val, void *arg) {
+  const each_arg *e = arg;
+  e->fn(val, e->arg);
 }
 
 void spool__table_each(const spool__table *t, void (*fn)(const spool__buffer *, void *),
                        void *arg) {
-  for (size_t i = 0; i < t->cap; i++)
-    if (t->slots[i].ptr != 0) fn(&t->slots[i], arg);
+  each_arg e = {fn, arg};
+  spool__index_each(&t->index, each_one, &e);
+}
+
+static void free_one(void *val, void *arg) {
+  (void)arg;
+  free(val);
 }
 
 void spool__table_free(spool__table *t) {
-  free(t->slots);
-  memset(t, 0, sizeof *t);
-}
-
-const spool__buffer *spool__table_find(const spool__table *t, uintptr_t ptr) {
-  size_t i = find_slot(t, ptr);
-  return i == SIZE_MAX ? NULL : &t->slots[i];
+  spool__index_each(&t->index, free_one, NULL);
+  spool__index_free(&t->index);
+  while (t->spare) {
+    spool__buffer_spare *r = t->spare;
+    t->spare = r->next;
+    free(r);
+  }
 }
 
 const spool__buffer *spool__table_containing(const spool__table *t, uintptr_t ptr) {
-  for (size_t i = 0; i < t->cap; i++) {
-    const spool__buffer *b = &t->slots[i];
-    if (b->ptr != 0 && b->ptr < ptr && ptr - b->ptr < b->size) return b;
+  for (size_t i = 0; i < t->index.cap; i++) {
+    const spool__buffer *b = t->index.slots[i].val;
+    if (t->index.slots[i].key != 0 && b->ptr < ptr && ptr - b->ptr < b->size) return b;
   }
   return NULL;
 }
@@ -153,9 +205,9 @@ const char *spool__site_text(const spool__site *s, char *out, size_t len) {
 
 bool spool__bin_grow(spool__bin *bin) {
   uint32_t cap = bin->cap ? bin->cap * 2 : 8;
-  uintptr_t *ptrs = realloc(bin->ptrs, cap * sizeof *ptrs);
-  if (!ptrs) return false;
-  bin->ptrs = ptrs;
+  void **items = realloc(bin->items, cap * sizeof *items);
+  if (!items) return false;
+  bin->items = items;
   bin->cap = cap;
   return true;
 }
