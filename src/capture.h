@@ -38,6 +38,13 @@ bool spool__capturing_quiet(cudaStream_t stream, bool if_unknown);
 bool spool__relaxed_enter(enum cudaStreamCaptureMode *old);
 void spool__relaxed_leave(bool entered, enum cudaStreamCaptureMode old);
 
+/* The heap's fence events (chunks.c), through the driver where it can: the record of event on
+ * stream, and whether event has completed (asked in relaxed mode: an event query is
+ * "potentially unsafe"). Both leave this thread's last error as it was; a failure only means no
+ * fence this time (false). */
+bool spool__event_record_quiet(cudaEvent_t event, cudaStream_t stream);
+bool spool__event_done_quiet(cudaEvent_t event);
+
 /* Whether err, from freeing (or poisoning) the graph allocation b on stream outside a capture,
  * says that its graph never ran: destroyed before a launch, or its capture abandoned (an end
  * that failed). CUDA then knows no memory at the address (cudaErrorInvalidValue) and there is

@@ -339,17 +339,7 @@ static void publish(spool__heap *h, spool__pending *own, uint64_t tick) {
 
 /* Whether own's fence has completed; if so, publishes what it covers. */
 static bool fence_done(spool__heap *h, spool__pending *own) {
-  if (!own->fence_pending) return false;
-  /* An event query is "potentially unsafe" to CUDA: in relaxed mode it leaves another thread's
-   * global-mode capture alone. */
-  enum cudaStreamCaptureMode mode;
-  bool relaxed = spool__relaxed_enter(&mode);
-  cudaError_t err = cudaEventQuery(own->fence);
-  spool__relaxed_leave(relaxed, mode);
-  if (err != cudaSuccess) {
-    spool__clear_cuda_error(); /* not ready, or failed: not this time */
-    return false;
-  }
+  if (!own->fence_pending || !spool__event_done_quiet(own->fence)) return false;
   own->fence_pending = false;
   publish(h, own, own->fence_tick);
   return true;
@@ -364,10 +354,7 @@ static void fence_record(spool__heap *h, spool__pending *own, cudaStream_t strea
     own->fence = NULL;
     return;
   }
-  if (cudaEventRecord(own->fence, stream) != cudaSuccess) {
-    spool__clear_cuda_error();
-    return;
-  }
+  if (!spool__event_record_quiet(own->fence, stream)) return;
   own->fence_tick = own->tick;
   own->fence_pending = true;
   h->fences++;

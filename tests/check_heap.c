@@ -407,6 +407,41 @@ START_TEST(heap_random_operations_keep_every_invariant) {
 }
 END_TEST
 
+#ifdef SPOOL_TEST_SIM
+/* Fences are the driver's event calls (cheaper than the runtime's, and silent): a fence that
+ * cannot be recorded, either way, costs the caller nothing, not even its last CUDA error. */
+static void fence_pairs(spool_pool *p, cudaStream_t s, int n) {
+  for (int i = 0; i < n; i++) {
+    void *a = test_alloc_on(p, 64 * KiB, s);
+    void *b = test_alloc_on(p, 8 * KiB, s); /* another size last: a's free goes to the heap */
+    CK_SPOOL(spool_free(p, a, s));
+    CK_SPOOL(spool_free(p, b, s));
+  }
+}
+
+START_TEST(sim_fences_use_the_driver_and_leave_the_last_error_alone) {
+  spool_pool *p = test_pool_with("fence_every=1, front_limit=0");
+  cudaStream_t s = test_stream_create();
+  long runtime = cudasim_calls("cudaEventRecord"), driver = cudasim_calls("cuEventRecord");
+  fence_pairs(p, s, 4);
+  ck_assert_int_gt(cudasim_calls("cuEventRecord"), driver);
+  ck_assert_int_gt(cudasim_calls("cuEventQuery"), 0);
+  ck_assert_int_eq(cudasim_calls("cudaEventRecord"), runtime);
+  uint64_t fences = test_stats(p).fences;
+  ck_assert_uint_gt(fences, 0);
+  for (int n = 1; n <= 8; n++) { /* the driver's record fails, then the runtime's too */
+    cudasim_fail("cuEventRecord", n, cudaErrorLaunchFailure);
+    cudasim_fail("cudaEventRecord", n, cudaErrorLaunchFailure);
+  }
+  fence_pairs(p, s, 4);
+  ck_assert_int_eq(cudaPeekAtLastError(), cudaSuccess);
+  heap_ok(p);
+  test_pool_destroy(p);
+  test_stream_destroy(s);
+}
+END_TEST
+#endif
+
 static Suite *heap_suite(void) {
   Suite *s = suite_create("heap");
   TCase *tc = test_tcase("heap");
@@ -427,6 +462,7 @@ static Suite *heap_suite(void) {
   tcase_add_test(tc, sim_request_that_fits_max_size_succeeds);
   tcase_add_test(tc, sim_retry_after_handler_sees_what_it_freed);
   tcase_add_test(tc, sim_oom_message_names_idle_bytes_and_largest_block);
+  tcase_add_test(tc, sim_fences_use_the_driver_and_leave_the_last_error_alone);
   suite_add_tcase(s, tc);
 #endif
   return s;

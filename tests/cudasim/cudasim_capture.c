@@ -380,7 +380,8 @@ cudaError_t CUDARTAPI cudaThreadExchangeStreamCaptureMode(enum cudaStreamCapture
 }
 
 /* ---- driver entry points ----------------------------------------------------------------------
- * The one driver function spool asks for, cuStreamIsCapturing, simulated over the same state. */
+ * The driver functions spool asks for (cuStreamIsCapturing, cuThreadExchangeStreamCaptureMode,
+ * cuEventRecord, cuEventQuery), simulated over the same state. */
 
 /* A runtime error as the driver would return it: the same number where the driver has that code
  * (all codes the two APIs share have the same values), else CUDA_ERROR_UNKNOWN. */
@@ -421,6 +422,43 @@ static CUresult CUDAAPI sim_cuStreamIsCapturing(CUstream h, CUstreamCaptureStatu
   return cu_is_capturing(h, status, 0);
 }
 
+static CUresult CUDAAPI sim_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode) {
+  cudaError_t e = cudasim__sim_enter("cuThreadExchangeStreamCaptureMode", 1);
+  if (e == cudaSuccess)
+    e = exchange_capture_mode((enum cudaStreamCaptureMode *)mode); /* the same values */
+  cudasim__unlock();
+  return cu_result(e);
+}
+
+/* As cu_is_capturing: a special handle needs a current context. */
+static CUresult cu_event_record(CUevent ev, CUstream h, int ptsz) {
+  cudaError_t e = cudasim__sim_enter("cuEventRecord", 1);
+  int special = h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD;
+  if (e == cudaSuccess && special && !cudasim__t.context)
+    e = cudaErrorDeviceUninitialized;
+  if (e == cudaSuccess)
+    e = cudasim__event_record((cudaEvent_t)ev, h == NULL && ptsz ? cudaStreamPerThread : h,
+                              cudaEventRecordDefault);
+  cudasim__unlock();
+  return cu_result(e);
+}
+
+static CUresult CUDAAPI sim_cuEventRecord(CUevent ev, CUstream h) {
+  return cu_event_record(ev, h, 0);
+}
+
+static CUresult CUDAAPI sim_cuEventRecord_ptsz(CUevent ev, CUstream h) {
+  return cu_event_record(ev, h, 1);
+}
+
+static CUresult CUDAAPI sim_cuEventQuery(CUevent ev) {
+  cudaError_t e = cudasim__sim_enter("cuEventQuery", 1);
+  if (e == cudaSuccess)
+    e = cudasim__event_query((cudaEvent_t)ev);
+  cudasim__unlock();
+  return cu_result(e);
+}
+
 static CUresult CUDAAPI sim_cuStreamIsCapturing_ptsz(CUstream h, CUstreamCaptureStatus *status) {
   return cu_is_capturing(h, status, 1);
 }
@@ -429,6 +467,36 @@ static CUresult CUDAAPI sim_cuStreamIsCapturing_ptsz(CUstream h, CUstreamCapture
 static const PFN_cuStreamIsCapturing_v10000 sim_is_capturing_fn = sim_cuStreamIsCapturing;
 static const PFN_cuStreamIsCapturing_v10000_ptsz sim_is_capturing_ptsz_fn =
     sim_cuStreamIsCapturing_ptsz;
+static const PFN_cuThreadExchangeStreamCaptureMode_v10010 sim_exchange_mode_fn =
+    sim_cuThreadExchangeStreamCaptureMode;
+static const PFN_cuEventRecord_v2000 sim_event_record_fn = sim_cuEventRecord;
+static const PFN_cuEventRecord_v7000_ptsz sim_event_record_ptsz_fn = sim_cuEventRecord_ptsz;
+static const PFN_cuEventQuery_v2000 sim_event_query_fn = sim_cuEventQuery;
+
+/* A known symbol: whether version is enough, and the function (ptsz: the per-thread variant,
+ * where there is one). */
+static enum cudaDriverEntryPointQueryResult known_symbol(const char *symbol, unsigned version,
+                                                         int ptsz, void **fn) {
+  static const struct {
+    const char *name;
+    unsigned since;
+    const void *plain, *per_thread;
+  } table[] = {
+      {"cuStreamIsCapturing", 10000, &sim_is_capturing_fn, &sim_is_capturing_ptsz_fn},
+      {"cuThreadExchangeStreamCaptureMode", 10010, &sim_exchange_mode_fn, &sim_exchange_mode_fn},
+      {"cuEventRecord", 2000, &sim_event_record_fn, &sim_event_record_ptsz_fn},
+      {"cuEventQuery", 2000, &sim_event_query_fn, &sim_event_query_fn},
+  };
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+    if (strcmp(symbol, table[i].name) != 0)
+      continue;
+    if (version < table[i].since)
+      return cudaDriverEntryPointVersionNotSufficent;
+    memcpy(fn, ptsz ? table[i].per_thread : table[i].plain, sizeof *fn); /* no fn-to-void* cast */
+    return cudaDriverEntryPointSuccess;
+  }
+  return cudaDriverEntryPointSymbolNotFound;
+}
 
 /* Not found is a success with a NULL function and a status that says so, as documented.
  * version_checked: cudaGetDriverEntryPointByVersion refuses a version above the driver's. */
@@ -440,15 +508,9 @@ static cudaError_t entry_point(const char *symbol, void **fn, unsigned version,
     return cudaErrorInvalidValue;
   if (version_checked && version > (unsigned)cudasim__g.driver)
     return cudaErrorInvalidValue;
-  enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
   *fn = NULL;
-  if (strcmp(symbol, "cuStreamIsCapturing") == 0) {
-    found = version < 10000 ? cudaDriverEntryPointVersionNotSufficent : cudaDriverEntryPointSuccess;
-    if (found == cudaDriverEntryPointSuccess && (flags & cudaEnablePerThreadDefaultStream))
-      memcpy(fn, &sim_is_capturing_ptsz_fn, sizeof *fn); /* no function-to-void* cast in C */
-    else if (found == cudaDriverEntryPointSuccess)
-      memcpy(fn, &sim_is_capturing_fn, sizeof *fn);
-  }
+  enum cudaDriverEntryPointQueryResult found =
+      known_symbol(symbol, version, (flags & cudaEnablePerThreadDefaultStream) != 0, fn);
   if (status)
     *status = found;
   return cudaSuccess;

@@ -248,6 +248,10 @@ uint64_t cudasim__enqueue(struct CUstream_st *s);
 int cudasim__event_known(cudaEvent_t ev);
 enum cudaStreamCaptureStatus cudasim__capture_status(const struct CUstream_st *s);
 cudaError_t cudasim__stream_is_capturing(cudaStream_t h, enum cudaStreamCaptureStatus *status);
+/* cudaEventRecordWithFlags and cudaEventQuery without the call's bookkeeping (the driver's
+ * entry points share them). Under the lock. */
+cudaError_t cudasim__event_record(cudaEvent_t ev, cudaStream_t h, unsigned flags);
+cudaError_t cudasim__event_query(cudaEvent_t ev);
 void cudasim__event_set(struct CUevent_st *ev, struct CUstream_st *s);
 
 /* ---- cudasim_capture.c ----------------------------------------------------------------------- */

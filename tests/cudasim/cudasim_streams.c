@@ -355,7 +355,7 @@ void cudasim__event_set(struct CUevent_st *ev, struct CUstream_st *s) {
   ev->cap_id = 0;
 }
 
-static cudaError_t event_record(cudaEvent_t ev, cudaStream_t h, unsigned flags) {
+cudaError_t cudasim__event_record(cudaEvent_t ev, cudaStream_t h, unsigned flags) {
   struct CUstream_st *s;
   if (!cudasim__event_known(ev))
     return cudaErrorInvalidResourceHandle;
@@ -375,12 +375,12 @@ static cudaError_t event_record(cudaEvent_t ev, cudaStream_t h, unsigned flags) 
 }
 
 cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
-  SIM_CALL(event_record(event, stream, cudaEventRecordDefault));
+  SIM_CALL(cudasim__event_record(event, stream, cudaEventRecordDefault));
 }
 
 cudaError_t CUDARTAPI cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream,
                                                unsigned int flags) {
-  SIM_CALL(event_record(event, stream, flags));
+  SIM_CALL(cudasim__event_record(event, stream, flags));
 }
 
 /* Querying or waiting for an event: refused for a captured event, and potentially unsafe. */
@@ -391,14 +391,14 @@ static cudaError_t event_wait_check(cudaEvent_t ev) {
   return e != cudaSuccess ? e : cudasim__capture_unsafe();
 }
 
-static cudaError_t event_query(cudaEvent_t ev) {
+cudaError_t cudasim__event_query(cudaEvent_t ev) {
   cudaError_t e = event_wait_check(ev);
   if (e != cudaSuccess)
     return e;
   return event_done(ev) ? cudaSuccess : cudaErrorNotReady;
 }
 
-cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t event) { SIM_CALL(event_query(event)); }
+cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t event) { SIM_CALL(cudasim__event_query(event)); }
 
 static cudaError_t event_synchronize(cudaEvent_t ev) {
   cudaError_t e = event_wait_check(ev);
