@@ -101,6 +101,7 @@ void spool__census_sum(spool_pool *p, spool__cache_counters *cc) {
     cc->hits += k->hits;
     cc->misses += k->misses;
     cc->flushes += k->flushes;
+    if (c->high > cc->high) cc->high = c->high;
     front_unlock(c);
   }
   cc->bytes_cached += p->heap.free_bytes;
@@ -119,6 +120,13 @@ void spool__live_totals(spool_pool *p, uint64_t *bytes, uint64_t *buffers) {
 void spool__census_reset_peaks(spool_pool *p) {
   spool__cache_counters ignored;
   spool__census_sum(p, &ignored); /* publishes every front */
+  pthread_mutex_lock(&p->lock);
+  for (spool__scache *c = p->caches; c; c = c->next) {
+    front_lock(c);
+    c->high = c->c.bytes_in_use;
+    front_unlock(c);
+  }
+  pthread_mutex_unlock(&p->lock);
   atomic_store(&p->peak_bytes, atomic_load(&p->total_bytes));
   atomic_store(&p->peak_buffers, atomic_load(&p->total_buffers));
 }

@@ -122,14 +122,17 @@ static inline spool_status cache_of(spool_pool *p, cudaStream_t stream, spool__s
 void spool__front_publish(spool_pool *p, spool__scache *c);
 void spool__front_publish_buffers(spool_pool *p, spool__scache *c);
 
-/* Growth past the published share goes out at once (it may be a new peak); a fall of more than
- * PUBLISH_SLACK too (left out, it would count twice once another stream grows); a smaller fall
- * of bytes never by itself. A stream whose use moves within 1 MiB of its high publishes nothing
+/* A move of the stream's bytes in use of more than PUBLISH_SLACK either way from its published
+ * share goes out at once, and so does a growth of its buffer count; a smaller move of bytes
+ * never by itself. So the pool-wide totals are each stream's use within 1 MiB, the pool-wide
+ * peak is exact within 1 MiB per stream, and the stream's own high (c->high, exact) is a floor
+ * for it: one stream's peak is exact. A stream whose use moves within 1 MiB publishes nothing
  * but its buffer count now and then: threads on their own streams then share no written line. */
 static inline void after_op(spool_pool *p, spool__scache *c) {
   uint64_t bytes = c->c.bytes_in_use;
-  if (bytes > c->pub_bytes || c->c.buffers_in_use > c->pub_buffers ||
-      c->pub_bytes - bytes > SPOOL__PUBLISH_SLACK)
+  if (bytes > c->high) c->high = bytes;
+  if (bytes > c->pub_bytes + SPOOL__PUBLISH_SLACK || c->c.buffers_in_use > c->pub_buffers ||
+      c->pub_bytes > bytes + SPOOL__PUBLISH_SLACK)
     spool__front_publish(p, c);
   else if (++c->ops >= SPOOL__PUBLISH_EVERY && c->c.buffers_in_use != c->pub_buffers)
     spool__front_publish_buffers(p, c);

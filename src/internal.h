@@ -385,6 +385,7 @@ bool spool__bin_grow(spool__bin *bin);
 typedef struct spool__cache_counters {
   uint64_t bytes_in_use, buffers_in_use, bytes_cached, bytes_front;
   uint64_t allocs, frees, bytes_allocated, hits, misses, flushes;
+  uint64_t high; /* the highest of the streams' highs (spool__scache.high), not a sum */
 } spool__cache_counters;
 
 /* One stream's cache. Only the threads using that stream take its lock, so threads on different
@@ -409,6 +410,7 @@ typedef struct spool__scache {
   spool__cache_counters c;
   uint64_t seq_next, seq_end; /* allocation numbers taken from the pool in batches */
   uint64_t pub_bytes, pub_buffers; /* what the pool's totals hold of this stream */
+  uint64_t high;           /* bytes in use at their highest since the peaks were reset */
   uint32_t ops;            /* operations since the last publication */
   uint64_t tick;           /* blocks put in the front so far */
   uint32_t front_blocks;   /* blocks in the front bins */
