@@ -10,7 +10,8 @@
  * - A miss puts the stream's stale front blocks into the heap (chunks.c: pending on S, merged
  *   with their free neighbours) and takes a block of the size asked from the heap: the front
  *   holds only what a stream repeats, never a cover of every size it has seen. A free that
- *   would take the front past front_limit goes into the heap at once (one block is kept).
+ *   would take the front past front_limit goes into the heap at once (one block of the size
+ *   asked last is kept, until the stream's next miss).
  * - Other streams reach S's memory only through the heap, after S's fence (chunks.c).
  * - Under stream capture the heap is bypassed: a reused pointer would be baked into the graph.
  *   Blocks allocated under capture go through the uncached path (cudaMallocFromPoolAsync, the
@@ -301,6 +302,10 @@ static SPOOL__NOINLINE spool_status miss(spool_pool *p, spool__scache *c, void *
                                          const spool__site *site) {
   uint64_t need = ((uint64_t)size + SPOOL__MIN_BLOCK - 1) / SPOOL__MIN_BLOCK * SPOOL__MIN_BLOCK;
   pthread_mutex_lock(&p->lock);
+  /* Past front_limit, the front holds only the block of the size the stream asked last (see
+   * front_admits): this miss asks another size, so the block is no repeat; in the heap it
+   * merges back into its chunk, which may serve this very request. */
+  if (c->c.bytes_cached > p->cfg.front_limit) spool__front_spill(p, c, 0, false);
   spool__front_spill(p, c, SPOOL__FRONT_AGE, true);
   spool__heap_stream_op(p, &c->pend, stream);
   spool__block *blk = spool__heap_fit(p, &c->pend, need);
@@ -454,7 +459,8 @@ static SPOOL__INLINE void count_free(spool_pool *p, spool__scache *c, const spoo
 
 /* Whether c's front takes one more block b: within front_limit, or, into an empty front, a
  * block of the size the stream allocated last (a loop of one size, however large, stays on the
- * hit path; a stream of ever-changing sizes does not hold a large block idle). */
+ * hit path; a stream of ever-changing sizes does not hold a large block idle: its next miss,
+ * of another size, puts the block back into the heap). */
 static SPOOL__INLINE bool front_admits(const spool_pool *p, const spool__scache *c,
                                        const spool__buffer *b) {
   return c->c.bytes_cached + b->bytes <= p->cfg.front_limit ||

@@ -72,17 +72,21 @@ START_TEST(cache_size_classes) {
   CK_SPOOL(spool_free(p, c, s));
   /* A new chunk: the front's blocks go into the heap first (they may merge into what is
    * asked). Past front_limit (1 MiB) the front keeps one block of the size the stream allocated
-   * last, whatever its size. */
+   * last, whatever its size, while the stream asks that size again. */
   void *d = alloc_on(p, 5 * MiB + 1, s);
   CK_SPOOL(spool_free(p, d, s));
   check_cache_stats(p, 2, 2, 5 * MiB + 512);
-  void *e = alloc_on(p, 600 * KiB, s); /* nothing in the front within 1.2 MiB: the heap */
-  check_cache_stats(p, 2, 3, 5 * MiB + 512);
-  CK_SPOOL(spool_free(p, e, s)); /* the front is full: into the heap */
-  check_cache_stats(p, 2, 3, 5 * MiB + 512);
-  void *f = alloc_on(p, 5 * MiB + 1, s);
-  ck_assert_ptr_eq(f, d);
+  void *d2 = alloc_on(p, 5 * MiB + 1, s); /* the same size: a hit */
+  ck_assert_ptr_eq(d2, d);
+  CK_SPOOL(spool_free(p, d2, s));
+  check_cache_stats(p, 3, 2, 5 * MiB + 512);
+  void *e = alloc_on(p, 600 * KiB, s); /* another size: a miss, and d goes into the heap */
   check_cache_stats(p, 3, 3, 0);
+  CK_SPOOL(spool_free(p, e, s)); /* within front_limit: into the front */
+  check_cache_stats(p, 3, 3, 600 * KiB);
+  void *f = alloc_on(p, 5 * MiB + 1, s); /* from the heap, where d merged back */
+  ck_assert_ptr_eq(f, d);
+  check_cache_stats(p, 3, 4, 600 * KiB);
   CK_SPOOL(spool_free(p, f, s));
   test_pool_destroy(p); /* before the stream: its cache frees on it */
   test_stream_destroy(s);

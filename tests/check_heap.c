@@ -143,6 +143,30 @@ START_TEST(heap_large_free_reaches_another_stream_with_fence_bytes) {
 }
 END_TEST
 
+/* A stream keeps the block of the size it asked last in its front even past front_limit (a
+ * loop of one large size stays on the hit path); its first miss of another size puts it back
+ * into the heap, where it merges with the rest of its chunk. Once the stream's fence has
+ * passed, another stream's large request fits in that chunk instead of taking a new one. */
+START_TEST(heap_large_front_block_returns_on_a_miss_of_another_size) {
+  spool_pool *p = test_pool_with("fence_every=1");
+  cudaStream_t s1 = test_stream_create(), s2 = test_stream_create();
+  void *a = test_alloc_on(p, 16 * MiB, s1);
+  CK_SPOOL(spool_free(p, a, s1)); /* into s1's front: the size it asked last */
+  void *x = test_alloc_on(p, 8 * KiB, s1); /* another size: a goes back into the heap */
+  CK_CUDA(cudaStreamSynchronize(s1));
+  void *b = test_alloc_on(p, 20 * MiB, s2);
+  spool_stats st = test_stats(p);
+  ck_assert_uint_eq(st.chunk_allocs, 2); /* a's chunk, served b; and x's */
+  ck_assert_msg(b == a, "b %p not at the start of a's chunk %p", b, a);
+  heap_ok(p);
+  CK_SPOOL(spool_free(p, b, s2));
+  CK_SPOOL(spool_free(p, x, s1));
+  test_pool_destroy(p);
+  test_stream_destroy(s1);
+  test_stream_destroy(s2);
+}
+END_TEST
+
 /* spool_trim gives back every chunk with nothing in use, and the pool's reservation with it. */
 START_TEST(heap_trim_returns_free_chunks_and_keeps_used_ones) {
   spool_pool *p = test_pool_with(NULL);
@@ -451,6 +475,7 @@ static Suite *heap_suite(void) {
   tcase_add_test(tc, heap_idle_chunk_goes_back);
   tcase_add_test(tc, heap_trim_returns_free_chunks_and_keeps_used_ones);
   tcase_add_test(tc, heap_large_free_reaches_another_stream_with_fence_bytes);
+  tcase_add_test(tc, heap_large_front_block_returns_on_a_miss_of_another_size);
   tcase_add_test(tc, heap_peak_holds_across_streams);
   tcase_add_test(tc, heap_report_lists_streams);
   tcase_add_test(tc, heap_refusals_kept);

@@ -170,7 +170,8 @@ typedef struct spool_config {
   uint64_t front_limit;             /* bytes of freed blocks each stream keeps ready in front of
                                        the heap, for a repeat of their size at the cost of a
                                        hit; a free beyond it goes into the heap (except one
-                                       block of the size the stream allocated last). Default
+                                       block of the size the stream allocated last, kept
+                                       until the stream asks another size). Default
                                        SPOOL_FRONT_LIMIT_DEFAULT. */
   uint64_t heap_max_block;          /* larger allocations skip the heap and go to the pool. At
                                        most SPOOL_HEAP_MAX_BLOCK_LIMIT (the default). */
