@@ -116,6 +116,16 @@ START_TEST(heap_idle_chunk_goes_back) {
 }
 END_TEST
 
+/* The end of a test on two streams: the heap checked, b freed on s2 and x on s1, all gone. */
+static void end_two_streams(spool_pool *p, cudaStream_t s1, void *b, cudaStream_t s2, void *x) {
+  heap_ok(p);
+  CK_SPOOL(spool_free(p, b, s2));
+  CK_SPOOL(spool_free(p, x, s1));
+  test_pool_destroy(p);
+  test_stream_destroy(s1);
+  test_stream_destroy(s2);
+}
+
 /* A 16 MiB block freed on one stream, and the rest of its chunk pending there too: with
  * fence_bytes the free records the stream's fence at once, so another stream's 16 MiB request is
  * served from that chunk once the first stream's work is done; without it, the other stream
@@ -133,12 +143,7 @@ START_TEST(heap_large_free_reaches_another_stream_with_fence_bytes) {
     ck_assert_uint_eq(st.chunk_allocs, with ? 2 : 3); /* a's chunk and x's, and one for b */
     if (with) ck_assert_msg(b == a || b == AT(a, 16 * MiB), "b %p not in a's chunk %p", b, a);
     ck_assert_uint_ge(st.fences, with ? 1 : 0);
-    heap_ok(p);
-    CK_SPOOL(spool_free(p, b, s2));
-    CK_SPOOL(spool_free(p, x, s1));
-    test_pool_destroy(p);
-    test_stream_destroy(s1);
-    test_stream_destroy(s2);
+    end_two_streams(p, s1, b, s2, x);
   }
 }
 END_TEST
@@ -158,12 +163,7 @@ START_TEST(heap_large_front_block_returns_on_a_miss_of_another_size) {
   spool_stats st = test_stats(p);
   ck_assert_uint_eq(st.chunk_allocs, 2); /* a's chunk, served b; and x's */
   ck_assert_msg(b == a, "b %p not at the start of a's chunk %p", b, a);
-  heap_ok(p);
-  CK_SPOOL(spool_free(p, b, s2));
-  CK_SPOOL(spool_free(p, x, s1));
-  test_pool_destroy(p);
-  test_stream_destroy(s1);
-  test_stream_destroy(s2);
+  end_two_streams(p, s1, b, s2, x);
 }
 END_TEST
 
