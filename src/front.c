@@ -170,15 +170,18 @@ uint32_t spool__front_spill(spool_pool *p, spool__scache *c, uint64_t age, bool 
 
 /* ---- quarantine (poison=on) ---------------------------------------------------------------- */
 
+/* The ring grows in place: the entries that wrapped round to its start move up past the old
+ * end, so the ring reads in order from quar_head again. */
 bool spool__quar_grow(spool__scache *c) {
-  uint32_t cap = c->quar_cap ? c->quar_cap * 2 : 16;
-  uintptr_t *q = malloc(cap * sizeof *q);
+  size_t cap;
+  uint32_t old = c->quar_cap;
+  uintptr_t *q = old < UINT32_MAX / 2 ? spool__grow_array(c->quar, old, sizeof *q, 16, &cap)
+                                      : NULL;
   if (!q) return false;
-  for (uint32_t i = 0; i < c->quar_count; i++) q[i] = c->quar[(c->quar_head + i) % c->quar_cap];
-  free(c->quar);
+  uint32_t wrapped = c->quar_head + c->quar_count > old ? c->quar_head + c->quar_count - old : 0;
+  memcpy(q + old, q, wrapped * sizeof *q);
   c->quar = q;
-  c->quar_cap = cap;
-  c->quar_head = 0;
+  c->quar_cap = (uint32_t)cap;
   return true;
 }
 

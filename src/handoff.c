@@ -108,8 +108,8 @@ static spool_status add_stream(spool__handoff *h, uintptr_t ptr, cudaStream_t st
                                const char *ctx) {
   entry *e = find(h, ptr);
   if (!e && h->n == h->cap) {
-    size_t cap = h->cap ? h->cap * 2 : 16;
-    entry *grown = realloc(h->entries, cap * sizeof *grown);
+    size_t cap;
+    entry *grown = spool__grow_array(h->entries, h->cap, sizeof *grown, 16, &cap);
     if (!grown) return spool__fail(SPOOL_ERR_HOST_OOM, "%s: no host memory", ctx);
     h->entries = grown;
     h->cap = cap;

@@ -659,6 +659,10 @@ spool_status spool__record_alloc(spool_pool *pool, void *ptr, size_t size, cudaS
  * (calloc promises only 16 bytes). size must be a multiple of SPOOL__CACHE_LINE, as sizeof of
  * such a structure is. Freed with free(). NULL without memory. */
 void *spool__zalloc_aligned(size_t size);
+/* A growing array's next storage: items (elem bytes each, cap of them; NULL with cap 0)
+ * reallocated to twice cap, or to first when empty. Returns it with *grown_cap set, or NULL
+ * without memory (or past SIZE_MAX bytes), items untouched. (track.c) */
+void *spool__grow_array(void *items, size_t cap, size_t elem, size_t first, size_t *grown_cap);
 /* ---- several devices and processes (devices.c, peer.c, ipc.c) ---------------------- */
 
 /* device.c. The device of stream (for 0, cudaStreamLegacy and cudaStreamPerThread: the calling

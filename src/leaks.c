@@ -103,8 +103,8 @@ typedef struct snapshot {
 static void collect(const spool__buffer *b, void *arg) {
   snapshot *s = arg;
   if (s->n == s->cap && !s->oom) {
-    size_t cap = s->cap ? 2 * s->cap : 64;
-    spool__buffer *bufs = realloc(s->bufs, cap * sizeof *bufs);
+    size_t cap;
+    spool__buffer *bufs = spool__grow_array(s->bufs, s->cap, sizeof *bufs, 64, &cap);
     if (bufs) s->bufs = bufs, s->cap = cap;
     else s->oom = true;
   }

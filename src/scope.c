@@ -190,8 +190,8 @@ static spool_status same_capture(const spool_scope *sc, const char *ctx, bool en
 static spool_status new_chunk(spool_scope *sc, size_t need) {
   static const char ctx[] = "spool_scope_alloc";
   if (sc->nchunks == sc->cap) {
-    size_t cap = sc->cap ? sc->cap * 2 : 8;
-    chunk *c = realloc(sc->chunks, cap * sizeof *c);
+    size_t cap;
+    chunk *c = spool__grow_array(sc->chunks, sc->cap, sizeof *c, 8, &cap);
     if (!c) return spool__fail(SPOOL_ERR_HOST_OOM, "%s: no host memory for a chunk list", ctx);
     sc->chunks = c;
     sc->cap = cap;

@@ -203,11 +203,21 @@ const char *spool__site_text(const spool__site *s, char *out, size_t len) {
   return out;
 }
 
+void *spool__grow_array(void *items, size_t cap, size_t elem, size_t first, size_t *grown_cap) {
+  size_t n = cap ? cap * 2 : first;
+  if (n < cap || elem == 0 || n > SIZE_MAX / elem) return NULL;
+  void *grown = realloc(items, n * elem);
+  if (grown) *grown_cap = n;
+  return grown;
+}
+
 bool spool__bin_grow(spool__bin *bin) {
-  uint32_t cap = bin->cap ? bin->cap * 2 : 8;
-  void **items = realloc(bin->items, cap * sizeof *items);
+  size_t cap;
+  void **items = bin->cap < UINT32_MAX / 2
+                     ? spool__grow_array(bin->items, bin->cap, sizeof *items, 8, &cap)
+                     : NULL;
   if (!items) return false;
   bin->items = items;
-  bin->cap = cap;
+  bin->cap = (uint32_t)cap;
   return true;
 }

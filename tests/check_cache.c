@@ -11,6 +11,10 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#ifdef SPOOL_TEST_SIM
+#include "../src/front.h" /* the quarantine ring, checked directly */
+#endif
+
 static spool_pool *pool_with(const char *text) {
   spool_config cfg = test_config();
   if (text) CK_SPOOL(spool_config_parse(&cfg, text));
@@ -419,6 +423,28 @@ START_TEST(cache_destroy_gives_blocks_back) {
 END_TEST
 
 #ifdef SPOOL_TEST_SIM
+/* A full quarantine ring that has wrapped round grows and still reads oldest first: the
+ * entries past its end before the growth follow the others. */
+START_TEST(cache_quarantine_ring_grows_in_order) {
+  spool__scache *c = spool__zalloc_aligned(sizeof *c);
+  ck_assert_ptr_nonnull(c);
+  for (uint32_t round = 0; round < 3; round++) {
+    uint32_t cap = c->quar_cap;
+    if (cap) { /* full, its oldest at an offset */
+      c->quar_head = cap / 2 + round;
+      c->quar_count = cap;
+      for (uint32_t i = 0; i < cap; i++) c->quar[(c->quar_head + i) % cap] = 0x1000 * (i + 1);
+    }
+    ck_assert(spool__quar_grow(c));
+    ck_assert_uint_eq(c->quar_cap, cap ? 2 * cap : 16);
+    for (uint32_t i = 0; i < c->quar_count; i++)
+      ck_assert_uint_eq(c->quar[(c->quar_head + i) % c->quar_cap], 0x1000 * (i + 1));
+  }
+  free(c->quar);
+  free(c);
+}
+END_TEST
+
 /* Out of memory, the caches go back first: a block cached on s1 makes room for s2. */
 START_TEST(cache_flushed_on_oom) {
   cudasim_set_capacity(0, 8 * MiB);
@@ -797,6 +823,7 @@ static Suite *cache_suite(void) {
   tcase_add_test(tc, cache_flushed_on_oom);
   tcase_add_test(tc, cache_destroyed_stream_is_named);
   tcase_add_test(tc, cache_poison_failures_lose_nothing);
+  tcase_add_test(tc, cache_quarantine_ring_grows_in_order);
   tcase_add_test(tc, cache_owners_handed_back_and_forth);
   suite_add_tcase(s, tc);
 #endif
