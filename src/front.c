@@ -137,11 +137,18 @@ static void spill_one(spool_pool *p, spool__scache *c, spool__buffer *b) {
 
 /* Under the pool's lock: the blocks of c's front that the stream has not taken back within its
  * last `age` frees go into the heap (age 0: all of them). Within a bin the oldest lie first.
- * With `due`, only when FRONT_AGE / 4 frees have passed since the last such look (a walk of the
- * front: not on every miss). Returns how many blocks went. */
+ * With `due` (a miss), only when FRONT_AGE / 4 frees have passed since the last such look (a
+ * walk of the front: not on every miss); but a front past front_limit holds only the block of
+ * the size the stream asked last (front_admits), and a miss asks another size: that block is
+ * no repeat, and goes at once, to merge back into its chunk (which may serve this very miss).
+ * Returns how many blocks went. */
 uint32_t spool__front_spill(spool_pool *p, spool__scache *c, uint64_t age, bool due) {
   front_lock(c);
   uint32_t spilled = 0;
+  if (due && c->c.bytes_cached > p->cfg.front_limit) {
+    age = 0;
+    due = false;
+  }
   if (due && c->tick - c->spilled_at < SPOOL__FRONT_AGE / 4) {
     front_unlock(c);
     return 0;

@@ -179,8 +179,8 @@ static inline spool__buffer *front_rec(const spool__scache *c, uintptr_t u) {
  * (the record goes with it): every way a block leaves a stream's keeping ends here. */
 void spool__front_bury(spool_pool *p, spool__scache *c, const spool__buffer *b);
 /* Under the pool's lock: the blocks of c's front that the stream has not taken back within its
- * last `age` frees go into the heap (age 0: all of them); with `due`, only every FRONT_AGE / 4
- * frees. Returns how many went. */
+ * last `age` frees go into the heap (age 0: all of them); with `due` (a miss), only every
+ * FRONT_AGE / 4 frees, except that a front past front_limit goes whole. Returns how many went. */
 uint32_t spool__front_spill(spool_pool *p, spool__scache *c, uint64_t age, bool due);
 
 /* poison=on: the ring of c's freed blocks kept out of reuse. Under c's lock, except drain,

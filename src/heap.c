@@ -302,10 +302,6 @@ static SPOOL__NOINLINE spool_status miss(spool_pool *p, spool__scache *c, void *
                                          const spool__site *site) {
   uint64_t need = ((uint64_t)size + SPOOL__MIN_BLOCK - 1) / SPOOL__MIN_BLOCK * SPOOL__MIN_BLOCK;
   pthread_mutex_lock(&p->lock);
-  /* Past front_limit, the front holds only the block of the size the stream asked last (see
-   * front_admits): this miss asks another size, so the block is no repeat; in the heap it
-   * merges back into its chunk, which may serve this very request. */
-  if (c->c.bytes_cached > p->cfg.front_limit) spool__front_spill(p, c, 0, false);
   spool__front_spill(p, c, SPOOL__FRONT_AGE, true);
   spool__heap_stream_op(p, &c->pend, stream);
   spool__block *blk = spool__heap_fit(p, &c->pend, need);
