@@ -126,7 +126,7 @@ bool spool__event_record_quiet(cudaEvent_t event, cudaStream_t stream) {
 
 bool spool__event_done_quiet(cudaEvent_t event) {
   enum cudaStreamCaptureMode mode;
-  bool relaxed = spool__relaxed_enter(&mode);
+  bool relaxed = spool__relaxed_enter(&mode); /* resolves the driver's functions first */
   CUresult r = driver.event_query ? driver.event_query((CUevent)event) : CUDA_ERROR_UNKNOWN;
   bool done = r == CUDA_SUCCESS;
   if (!done && r != CUDA_ERROR_NOT_READY) { /* no driver function, or it failed: the runtime */

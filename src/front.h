@@ -125,12 +125,12 @@ void spool__front_publish_buffers(spool_pool *p, spool__scache *c);
 /* A move of the stream's bytes in use of more than PUBLISH_SLACK either way from its published
  * share goes out at once, and so does a growth of its buffer count; a smaller move of bytes
  * never by itself. So the pool-wide totals are each stream's use within 1 MiB, the pool-wide
- * peak is exact within 1 MiB per stream, and the stream's own high (c->high, exact) is a floor
- * for it: one stream's peak is exact. A stream whose use moves within 1 MiB publishes nothing
- * but its buffer count now and then: threads on their own streams then share no written line. */
+ * peak is exact within 1 MiB per stream, and the stream's own high (c->high, kept exact by
+ * make_live, the one place its use grows) is a floor for it: one stream's peak is exact. A
+ * stream whose use moves within 1 MiB publishes nothing but its buffer count now and then:
+ * threads on their own streams then share no written line. */
 static inline void after_op(spool_pool *p, spool__scache *c) {
   uint64_t bytes = c->c.bytes_in_use;
-  if (bytes > c->high) c->high = bytes;
   if (bytes > c->pub_bytes + SPOOL__PUBLISH_SLACK || c->c.buffers_in_use > c->pub_buffers ||
       c->pub_bytes > bytes + SPOOL__PUBLISH_SLACK)
     spool__front_publish(p, c);

@@ -176,6 +176,7 @@ static inline void make_live(spool_pool *p, spool__scache *c, spool__buffer *b, 
   c->c.bytes_allocated += size;
   c->c.bytes_in_use += size;
   c->c.buffers_in_use++;
+  if (c->c.bytes_in_use > c->high) c->high = c->c.bytes_in_use;
   after_op(p, c);
 }
 

@@ -162,9 +162,6 @@ spool_status spool__table_insert(spool__table *t, const spool__buffer *b, spool_
 /* Removes ptr and copies its record to *out (out may be NULL). Returns 1 when found, else 0. */
 int spool__table_remove(spool__table *t, uintptr_t ptr, spool__buffer *out);
 /* The record of ptr, or NULL. Valid until it is removed. */
-static inline spool__buffer *spool__table_lookup(spool__table *t, uintptr_t ptr) {
-  return spool__index_find(&t->index, ptr);
-}
 static inline const spool__buffer *spool__table_find(const spool__table *t, uintptr_t ptr) {
   return spool__index_find(&t->index, ptr);
 }
