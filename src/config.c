@@ -463,6 +463,8 @@ static const spool__key spool__keys[] = {
      "the stream-ordered heap in front of the pool (off: every call goes to the pool)"},
     {"front_limit", &spool__type_size, SPOOL__AT(front_limit), NULL,
      "bytes of freed blocks each stream keeps ready for a repeat of their size"},
+    {"front_brief", &spool__type_bool, SPOOL__AT(front_brief), NULL,
+     "a stream of short-lived buffers keeps its working set in its front, past front_limit"},
     {"heap_max_block", &spool__type_block, SPOOL__AT(heap_max_block), NULL,
      "largest allocation the heap serves; larger ones go to the pool"},
     {"chunk_idle", &spool__type_idle, SPOOL__AT(chunk_idle), NULL,
@@ -704,6 +706,7 @@ void spool_config_init(spool_config *cfg) {
   cfg->poison = false;
   cfg->cache = true;
   cfg->front_limit = SPOOL_FRONT_LIMIT_DEFAULT;
+  cfg->front_brief = true;
   cfg->heap_max_block = SPOOL_HEAP_MAX_BLOCK_LIMIT;
   cfg->chunk_idle = SPOOL_CHUNK_IDLE_DEFAULT;
   cfg->fence_every = SPOOL_FENCE_EVERY_DEFAULT;

@@ -63,6 +63,7 @@ spool_status spool__front_of_slow(spool_pool *p, cudaStream_t key, spool__scache
   if (!c && (c = spool__zalloc_aligned(sizeof *c)) != NULL) {
     c->stream = key;
     c->thread = thread;
+    c->life16 = 0; /* not brief until one of its frees is */
     c->may_own = p->cfg.cache_owner && spool__barrier_available();
     if (c->may_own) atomic_store_explicit(&c->owner, spool__thread_id(), memory_order_relaxed);
     c->next = p->caches;
@@ -138,14 +139,14 @@ static void spill_one(spool_pool *p, spool__scache *c, spool__buffer *b) {
 /* Under the pool's lock: the blocks of c's front that the stream has not taken back within its
  * last `age` frees go into the heap (age 0: all of them). Within a bin the oldest lie first.
  * With `due` (a miss), only when FRONT_AGE / 4 frees have passed since the last such look (a
- * walk of the front: not on every miss); but a front past front_limit holds only the block of
+ * walk of the front: not on every miss); but a front past its bound holds only the block of
  * the size the stream asked last (front_admits), and a miss asks another size: that block is
  * no repeat, and goes at once, to merge back into its chunk (which may serve this very miss).
  * Returns how many blocks went. */
 uint32_t spool__front_spill(spool_pool *p, spool__scache *c, uint64_t age, bool due) {
   front_lock(c);
   uint32_t spilled = 0;
-  if (due && c->c.bytes_cached > p->cfg.front_limit) {
+  if (due && c->c.bytes_cached > front_bound(p, c)) {
     age = 0;
     due = false;
   }
@@ -173,6 +174,24 @@ uint32_t spool__front_spill(spool_pool *p, spool__scache *c, uint64_t age, bool 
   }
   front_unlock(c);
   return spilled;
+}
+
+void spool__front_spill_below(spool_pool *p, spool__scache *c, unsigned cls) {
+  front_lock(c);
+  if (!brief(p, c)) {
+    front_unlock(c);
+    return;
+  }
+  unsigned lo = cls > SPOOL__FIT_CLASSES ? cls - SPOOL__FIT_CLASSES : 0;
+  for (unsigned k = lo; k < cls; k++) {
+    spool__bin *bin = &c->bins[k];
+    if (!bin->count) continue;
+    for (uint32_t i = 0; i < bin->count; i++) spill_one(p, c, bin->items[i]);
+    c->front_blocks -= bin->count;
+    bin->count = 0;
+    c->front_map[k / 64] &= ~((uint64_t)1 << (k % 64));
+  }
+  front_unlock(c);
 }
 
 /* ---- quarantine (poison=on) ---------------------------------------------------------------- */

@@ -12,6 +12,18 @@
  * repeats: the next miss puts it into the heap, where it can merge and serve any size. */
 #define SPOOL__FRONT_AGE 64
 #define SPOOL__FRONT_SLOTS 8    /* thread-local lookup slots (a power of two) */
+/* A stream whose buffers live through fewer than BRIEF_LIFE of its allocations on average
+ * (scratch for the next kernel or two) holds each block briefly, so a block larger than it
+ * asked costs memory only for that while: see brief(). */
+#define SPOOL__BRIEF_LIFE 4
+#define SPOOL__BRIEF_LIVE 4 /* buffers a brief stream holds at most, bounding what it can pin */
+#define SPOOL__LIFE_CAP 255 /* a buffer's life counts up to this many allocations */
+/* Classes above a request a hit may take a block from: eight, so at most twice the size (a
+ * stream that sees many sizes then finds a block within an octave rather than one of its exact
+ * class); for a brief stream 56, 128 times the size: a front of a few blocks then serves
+ * every size, while a block far larger than the stream now asks is left alone, to age out. */
+#define SPOOL__FIT_CLASSES 8
+#define SPOOL__BRIEF_FIT_CLASSES 56
 
 void spool__front_lock_slow(spool__scache *c);
 void spool__front_revoke(spool__scache *c);
@@ -138,6 +150,39 @@ static inline void after_op(spool_pool *p, spool__scache *c) {
     spool__front_publish_buffers(p, c);
 }
 
+/* ---- lifetimes ------------------------------------------------------------------------------ */
+
+/* Whether c's stream frees its buffers soon after it allocates them, and holds few (at most
+ * BRIEF_LIVE) now. Such a stream may take a front block up to 128 times the size it asks
+ * (BRIEF_FIT_CLASSES), and its front may keep, beyond front_limit, up to the stream's own peak
+ * of bytes in use (since the peaks were last reset): a stream of ever-changing sizes with one
+ * or two buffers live then keeps about one block of its largest size and hits on every size
+ * below it, where it would miss into the heap on most pairs. A stream that holds buffers long keeps to front_limit and to blocks
+ * within FIT_CLASSES of the size: a long-held small buffer would pin a large block. A new front
+ * counts as brief until its frees show otherwise (few live at once bounds what that can pin).
+ * front_brief=off, or front_limit=0 (a front of at most one block), turns it off. Under c's
+ * lock. */
+static inline bool brief(const spool_pool *p, const spool__scache *c) {
+  return c->life16 < SPOOL__BRIEF_LIFE * 16 && c->c.buffers_in_use <= SPOOL__BRIEF_LIVE &&
+         p->cfg.front_brief && p->cfg.front_limit;
+}
+
+/* The bytes c's front may keep: front_limit, and for a brief stream its own peak of bytes in use
+ * beyond it (its working set, whatever its sizes). Under c's lock. */
+static inline uint64_t front_bound(const spool_pool *p, const spool__scache *c) {
+  return brief(p, c) ? p->cfg.front_limit + c->high : p->cfg.front_limit;
+}
+
+/* Under c's lock: the live buffer b is being freed; its life (b->tick holds the stream's
+ * allocation count when it was handed out) moves the stream's mean by 1/16. A buffer handed
+ * over from another stream's front counts its life on that stream's clock: at worst one
+ * sample off, and wrapped differences count as the cap. */
+static inline void count_life(spool__scache *c, const spool__buffer *b) {
+  uint64_t life = c->c.allocs - b->tick;
+  if (life > SPOOL__LIFE_CAP) life = SPOOL__LIFE_CAP;
+  c->life16 = c->life16 - (c->life16 >> 4) + (uint32_t)life;
+}
+
 static inline uint64_t next_seq(spool_pool *p, spool__scache *c) {
   if (c->seq_next == c->seq_end) {
     c->seq_next = atomic_fetch_add(&p->seq, SPOOL__SEQ_BATCH) + 1;
@@ -182,6 +227,11 @@ void spool__front_bury(spool_pool *p, spool__scache *c, const spool__buffer *b);
  * last `age` frees go into the heap (age 0: all of them); with `due` (a miss), only every
  * FRONT_AGE / 4 frees, except that a front past front_limit goes whole. Returns how many went. */
 uint32_t spool__front_spill(spool_pool *p, spool__scache *c, uint64_t age, bool due);
+/* Under the pool's lock: c's stream misses a block for class cls; if it is brief, its front
+ * blocks within FIT_CLASSES below cls go into the heap, where they may merge into what is
+ * asked: the new block serves their sizes from now on (a stream's largest block grows with its
+ * requests instead of the front holding each step). */
+void spool__front_spill_below(spool_pool *p, spool__scache *c, unsigned cls);
 
 /* poison=on: the ring of c's freed blocks kept out of reuse. Under c's lock, except drain,
  * which takes it under the pool's. */

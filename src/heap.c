@@ -166,13 +166,14 @@ static inline void make_live(spool_pool *p, spool__scache *c, spool__buffer *b, 
                              unsigned cls, cudaStream_t stream, const spool__site *site) {
   b->state = SPOOL__LIVE;
   b->size = size;
-  b->cls = (uint16_t)cls; /* spool__class_of(size): its front bin once freed */
+  b->cls = (uint16_t)cls; /* its front bin once freed */
   b->stream = stream;
   b->seq = next_seq(p, c);
   b->born = *site;
   b->born_ns = p->cfg.track == SPOOL_TRACK_FULL ? spool__now_ns() : 0;
   if (spool__nvtx_on(p)) spool__nvtx_region_slow(b->blk->chunk->nvtx, b->ptr, size);
   c->c.allocs++;
+  b->tick = c->c.allocs; /* its life is counted from here (count_life) */
   c->c.bytes_allocated += size;
   c->c.bytes_in_use += size;
   c->c.buffers_in_use++;
@@ -180,14 +181,9 @@ static inline void make_live(spool_pool *p, spool__scache *c, spool__buffer *b, 
   after_op(p, c);
 }
 
-/* Classes above a request a hit may take a block from: eight, so at most twice the size. A
- * stream that sees many sizes (a log-uniform mix) then finds a block within an octave rather
- * than one of its exact class. */
-#define FIT_CLASSES 8
-
-/* The first non-empty front bin in (cls, cls + FIT_CLASSES], or 0. */
-static inline unsigned bin_above(const spool__scache *c, unsigned cls) {
-  unsigned last = cls + FIT_CLASSES < SPOOL__CLASSES ? cls + FIT_CLASSES : SPOOL__CLASSES - 1;
+/* The first non-empty front bin in (cls, cls + span], or 0. */
+static inline unsigned bin_above(const spool__scache *c, unsigned cls, unsigned span) {
+  unsigned last = cls + span < SPOOL__CLASSES ? cls + span : SPOOL__CLASSES - 1;
   for (unsigned k = cls + 1; k <= last;) {
     uint64_t m = c->front_map[k / 64] >> (k % 64);
     if (m) {
@@ -200,14 +196,22 @@ static inline unsigned bin_above(const spool__scache *c, unsigned cls) {
 }
 
 /* The most recently freed front block of class cls if it holds size bytes (a class spans up to
- * 1/8 of its size), else of the nearest class above within FIT_CLASSES; taken out of its bin.
- * NULL when there is none. Under c's lock. */
-static inline spool__buffer *pop(spool__scache *c, unsigned cls, size_t size) {
+ * 1/8 of its size), else of the nearest class above within FIT_CLASSES (BRIEF_FIT_CLASSES for
+ * a brief stream); taken out of its bin, whose class *from is: the bin it goes back to once
+ * freed. A stream files a block by the size it asked, so that a repeat of that size finds it; a
+ * brief one, which takes blocks far larger, by the bin it came from, so that a larger request
+ * still finds it. NULL when there is none. Under c's lock. */
+static inline spool__buffer *pop(const spool_pool *p, spool__scache *c, unsigned cls,
+                                 size_t size, unsigned *from) {
   const spool__bin *bin = &c->bins[cls];
+  *from = cls;
   if (bin->count && ((spool__buffer *)bin->items[bin->count - 1])->bytes >= size)
     return bin_pop(c, cls);
-  unsigned k = bin_above(c, cls);
-  return k ? bin_pop(c, k) : NULL;
+  bool wide = brief(p, c);
+  unsigned k = bin_above(c, cls, wide ? SPOOL__BRIEF_FIT_CLASSES : SPOOL__FIT_CLASSES);
+  if (!k) return NULL;
+  if (wide) *from = k;
+  return bin_pop(c, k);
 }
 
 /* Under c's lock: the front block b becomes the caller's buffer. */
@@ -222,10 +226,10 @@ static inline void take_hit(spool_pool *p, spool__scache *c, spool__buffer *b, s
  * If the memset cannot be queued the block goes back to its bin, which it just left: the push
  * needs no new memory. */
 static spool_status hit_poisoned(spool_pool *p, spool__scache *c, spool__buffer *b, size_t size,
-                                 cudaStream_t stream, const spool__site *site) {
+                                 unsigned cls, cudaStream_t stream, const spool__site *site) {
   spool_status s = poison_new(p, (void *)b->ptr, size, stream);
   front_lock(c);
-  if (s == SPOOL_OK) take_hit(p, c, b, size, spool__class_of(size), stream, site);
+  if (s == SPOOL_OK) take_hit(p, c, b, size, cls, stream, site);
   else (void)bin_push(c, b->cls, b);
   front_unlock(c);
   return s;
@@ -265,10 +269,14 @@ static spool_status new_chunk(spool_pool *p, spool__scache *c, uint64_t need, si
 }
 
 /* Enters the heap block blk in c's index as the caller's buffer (its record is the block's).
- * Under the pool's lock; on failure the block goes back into the heap. */
+ * Under the pool's lock; on failure the block goes back into the heap. A brief stream (front.h)
+ * makes few heap operations, so what it leaves pending in the heap (a new chunk's remainder,
+ * blocks out of its front) would wait long for the fence every fence_every of them: its miss
+ * records the fence now, and the other streams may take those ranges once it has passed. */
 static spool_status adopt_locked(spool_pool *p, spool__scache *c, spool__block *blk, size_t size,
                                  cudaStream_t stream, const spool__site *site) {
   front_lock(c);
+  bool fence = brief(p, c);
   spool_status s = spool__index_insert(&c->blocks, blk->addr, blk);
   if (s == SPOOL_OK) {
     spool__buffer *b = &blk->buf; /* make_live and the free set the rest */
@@ -281,6 +289,7 @@ static spool_status adopt_locked(spool_pool *p, spool__scache *c, spool__block *
   }
   front_unlock(c);
   if (s != SPOOL_OK) spool__heap_release(p, &c->pend, blk);
+  else if (fence) spool__heap_fence_now(p, &c->pend, stream);
   return s;
 }
 
@@ -304,6 +313,7 @@ static SPOOL__NOINLINE spool_status miss(spool_pool *p, spool__scache *c, void *
   uint64_t need = ((uint64_t)size + SPOOL__MIN_BLOCK - 1) / SPOOL__MIN_BLOCK * SPOOL__MIN_BLOCK;
   pthread_mutex_lock(&p->lock);
   spool__front_spill(p, c, SPOOL__FRONT_AGE, true);
+  spool__front_spill_below(p, c, spool__class_of(size));
   spool__heap_stream_op(p, &c->pend, stream);
   spool__block *blk = spool__heap_fit(p, &c->pend, need);
   if (!blk && spool__heap_publish_ready(p)) blk = spool__heap_fit(p, &c->pend, need);
@@ -351,11 +361,12 @@ static bool front_alloc(spool_pool *p, void **ptr, size_t size, cudaStream_t str
   held h = enter(c);
   unsigned cls = spool__class_of(size);
   c->last_cls = cls;
-  spool__buffer *b = pop(c, cls, size);
+  unsigned from;
+  spool__buffer *b = pop(p, c, cls, size, &from);
   uintptr_t u = b ? b->ptr : 0;
-  if (b && !p->cfg.poison) take_hit(p, c, b, size, cls, stream, site);
+  if (b && !p->cfg.poison) take_hit(p, c, b, size, from, stream, site);
   leave(c, h);
-  if (b && p->cfg.poison) *s = hit_poisoned(p, c, b, size, stream, site);
+  if (b && p->cfg.poison) *s = hit_poisoned(p, c, b, size, from, stream, site);
   else if (!b) *s = miss(p, c, ptr, size, stream, site);
   if (b && *s == SPOOL_OK) *ptr = (void *)u;
   return true;
@@ -454,13 +465,14 @@ static SPOOL__INLINE void count_free(spool_pool *p, spool__scache *c, const spoo
   after_op(p, c);
 }
 
-/* Whether c's front takes one more block b: within front_limit, or, into an empty front, a
- * block of the size the stream allocated last (a loop of one size, however large, stays on the
- * hit path; a stream of ever-changing sizes does not hold a large block idle: its next miss,
- * of another size, puts the block back into the heap). */
+/* Whether c's front takes one more block b: within its bound (front_bound), or, into an empty
+ * front, a block of the size the stream allocated last (a loop of one size, however large,
+ * stays on the hit path). A front past its bound goes back into the heap whole at the stream's
+ * next miss: a stream of ever-changing sizes does not hold large blocks idle. */
 static SPOOL__INLINE bool front_admits(const spool_pool *p, const spool__scache *c,
                                        const spool__buffer *b) {
   return c->c.bytes_cached + b->bytes <= p->cfg.front_limit ||
+         c->c.bytes_cached + b->bytes <= front_bound(p, c) ||
          (c->front_blocks == 0 && b->cls == c->last_cls);
 }
 
@@ -577,6 +589,7 @@ static SPOOL__NOINLINE spool_status free_live_slow(spool_pool *p, spool__scache 
 static SPOOL__INLINE spool_status free_live(spool_pool *p, spool__scache *c, spool__buffer *b,
                                      cudaStream_t stream, const spool__site *site,
                                      bool capturing, held h, bool pool_locked) {
+  count_life(c, b); /* before b->tick means anything else */
   if (!capturing && !p->cfg.poison && front_admits(p, c, b) && to_bin(p, c, b, site)) {
     leave(c, h);
     return SPOOL_OK;

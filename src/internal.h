@@ -98,7 +98,9 @@ typedef struct spool__buffer {
   spool__site died;     /* where it was freed (graveyard records, track=full) */
   uint64_t born_ns;     /* CLOCK_MONOTONIC at allocation (track=full), for the age */
   uint64_t bytes;       /* heap buffers: the block's size */
-  uint64_t tick;        /* heap buffers: the front's free count when the block went there */
+  uint64_t tick;        /* heap buffers: live, the stream's allocation count when it was
+                           handed out; in a front bin, the front's free count when it went
+                           there */
   uint16_t cls;         /* heap buffers: the size class of size, its front bin once freed */
   uint8_t state;        /* heap buffers: SPOOL__LIVE, or SPOOL__CACHED in a front bin */
   uint8_t graph;        /* allocated during a stream capture: a graph allocation, which
@@ -413,6 +415,9 @@ typedef struct spool__scache {
   uint32_t front_blocks;   /* blocks in the front bins */
   uint64_t spilled_at;     /* tick at the last look for stale front blocks */
   unsigned last_cls;       /* the size class of the stream's last allocation */
+  /* 16 times the mean number of allocations on the stream during a buffer's life (a moving
+   * mean over its frees, each counted up to 255): what front.h's brief() judges */
+  uint32_t life16;
   /* poison=on: freed blocks kept out of reuse, oldest first (a ring), so that a stale read
    * meets the poison rather than the next owner's data */
   uintptr_t *quar;

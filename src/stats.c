@@ -134,9 +134,10 @@ static void report_config(const spool_pool *p, FILE *out) {
           c->oom_retries);
   char l[SPOOL__SIZE_TEXT], b[SPOOL__SIZE_TEXT];
   char f[SPOOL__SIZE_TEXT];
-  fprintf(out, "             cache=%s front_limit=%s heap_max_block=%s chunk_idle=%u "
-               "fence_every=%u fence_bytes=%s capture_check=%s cache_owner=%s%s\n",
+  fprintf(out, "             cache=%s front_limit=%s front_brief=%s heap_max_block=%s "
+               "chunk_idle=%u fence_every=%u fence_bytes=%s capture_check=%s cache_owner=%s%s\n",
           c->cache ? "on" : "off", spool__format_size(c->front_limit, l),
+          c->front_brief ? "on" : "off",
           spool__format_size(c->heap_max_block, b), c->chunk_idle, c->fence_every,
           spool__format_size(c->fence_bytes, f),
           c->capture_check ? "on" : "off",

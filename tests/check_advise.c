@@ -204,9 +204,16 @@ START_TEST(the_advised_front_is_the_one_whose_replay_reserves_least) {
 END_TEST
 
 /* Four streams taking turns, each with two temporaries of 2 to 4 MiB (an image pipeline's
- * stages): a stream's freed block that goes into the heap waits for the stream's next fence, so
- * every stream holds a chunk of its own, unless the free of a block that large fences at once. */
+ * stages) and five small buffers it holds throughout (so no stream is a brief one, whose front
+ * would keep its temporaries: front_brief): a stream's freed block that goes into the heap
+ * waits for the stream's next fence, so every stream holds a chunk of its own, unless the free
+ * of a block that large fences at once. */
 static void streams_taking_turns(maker *m) {
+  for (int i = 0; i < 20; i++) {
+    uint64_t stream = STREAM + (uint64_t)(i % 4) * 0x100;
+    m->next_ptr += 1 << 30;
+    push_on(m, SPOOL_TRACE_ALLOC, m->next_ptr, 4 * KiB, stream);
+  }
   for (int i = 0; i < 400; i++) {
     uint64_t stream = STREAM + (uint64_t)(i % 4) * 0x100, a = m->next_ptr + (1 << 30);
     uint64_t b = a + (1 << 30);

@@ -61,8 +61,10 @@ START_TEST(cache_hit_on_same_stream) {
 }
 END_TEST
 
+/* The fit of a stream that holds its buffers long (front_brief=off makes every stream such a
+ * one; see cache_brief_stream_* for the others). */
 START_TEST(cache_size_classes) {
-  spool_pool *p = pool_with(NULL);
+  spool_pool *p = pool_with("front_brief=off");
   cudaStream_t s = test_stream_create();
   void *a = alloc_on(p, 1000, s); /* 1000 bytes take 1 KiB: the heap places at 512 B */
   CK_SPOOL(spool_free(p, a, s));
@@ -94,6 +96,124 @@ START_TEST(cache_size_classes) {
   CK_SPOOL(spool_free(p, f, s));
   test_pool_destroy(p); /* before the stream: its cache frees on it */
   test_stream_destroy(s);
+}
+END_TEST
+
+/* ---- streams of brief buffers -------------------------------------------------------------- */
+
+/* A stream that frees each buffer before its next allocation, of ever-changing sizes, keeps its
+ * largest block in its front and serves every size down to 1/128 of it from there: a hit each. */
+START_TEST(cache_brief_stream_serves_smaller_sizes_from_its_largest_block) {
+  spool_pool *p = pool_with(NULL);
+  cudaStream_t s = test_stream_create();
+  void *big = alloc_on(p, 8 * MiB, s);
+  CK_SPOOL(spool_free(p, big, s)); /* past front_limit, within the stream's peak in use */
+  check_cache_stats(p, 0, 1, 8 * MiB);
+  const size_t sizes[] = {5 * MiB, 300 * KiB, 64 * KiB + 1, 2 * MiB, 8 * MiB};
+  for (unsigned i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    void *q = alloc_on(p, sizes[i], s);
+    ck_assert_ptr_eq(q, big);
+    CK_SPOOL(spool_free(p, q, s));
+  }
+  check_cache_stats(p, 5, 1, 8 * MiB);
+  test_pool_destroy(p);
+  test_stream_destroy(s);
+}
+END_TEST
+
+/* A block more than 128 times the size asked is left alone (it ages out of the front if the
+ * stream no longer asks sizes near it), and so is every larger block with front_brief=off. */
+START_TEST(cache_brief_stream_leaves_a_far_larger_block_alone) {
+  for (int off = 0; off < 2; off++) {
+    spool_pool *p = pool_with(off ? "front_brief=off" : NULL);
+    cudaStream_t s = test_stream_create();
+    void *big = alloc_on(p, 8 * MiB, s);
+    CK_SPOOL(spool_free(p, big, s));
+    void *q = alloc_on(p, off ? MiB : 32 * KiB, s); /* 8x (off) or 256x smaller: a miss */
+    ck_assert_uint_eq(test_stats(p).cache_misses, 2);
+    ck_assert_uint_eq(test_stats(p).cache_hits, 0);
+    CK_SPOOL(spool_free(p, q, s));
+    test_pool_destroy(p);
+    test_stream_destroy(s);
+  }
+}
+END_TEST
+
+/* A stream with more than four buffers live is no brief one, whatever their lives: a block
+ * that would outlive its need could pin memory many times its size. It takes front blocks
+ * within twice the size asked, and its front keeps to front_limit. */
+START_TEST(cache_stream_holding_many_buffers_takes_blocks_within_twice_the_size) {
+  spool_pool *p = pool_with(NULL);
+  cudaStream_t s = test_stream_create();
+  void *live[5];
+  for (int i = 0; i < 5; i++) live[i] = alloc_on(p, 4 * KiB, s);
+  void *big = alloc_on(p, 8 * MiB, s);
+  CK_SPOOL(spool_free(p, big, s)); /* the size asked last: kept, the one block past the limit */
+  check_cache_stats(p, 0, 6, 8 * MiB);
+  void *q = alloc_on(p, MiB, s); /* 8x smaller: a miss, and the kept block goes to the heap */
+  check_cache_stats(p, 0, 7, 0);
+  CK_SPOOL(spool_free(p, q, s));
+  for (int i = 0; i < 5; i++) CK_SPOOL(spool_free(p, live[i], s));
+  test_pool_destroy(p);
+  test_stream_destroy(s);
+}
+END_TEST
+
+/* A brief stream's front keeps, past front_limit, up to the stream's own peak of bytes in use:
+ * its working set, ready; front_brief=off keeps it to front_limit and the one block of the
+ * size asked last. */
+START_TEST(cache_brief_front_keeps_the_working_set_past_front_limit) {
+  for (int off = 0; off < 2; off++) {
+    spool_pool *p = pool_with(off ? "front_brief=off" : NULL);
+    cudaStream_t s = test_stream_create();
+    for (int round = 0; round < 3; round++) {
+      void *a = alloc_on(p, 3 * MiB, s), *b = alloc_on(p, 2 * MiB, s);
+      CK_SPOOL(spool_free(p, a, s));
+      CK_SPOOL(spool_free(p, b, s));
+    }
+    spool_stats st = test_stats(p);
+    ck_assert_uint_eq(st.bytes_front, off ? 2 * MiB : 5 * MiB);
+    ck_assert_uint_eq(st.cache_hits, off ? 0 : 4); /* off: each round misses both */
+    test_pool_destroy(p);
+    test_stream_destroy(s);
+  }
+}
+END_TEST
+
+/* A brief stream that asks a size up to twice its largest front block puts that block back into
+ * the heap before it takes a new one (it may merge into what is asked): its front grows by
+ * replacing, not by keeping every step. */
+START_TEST(cache_brief_stream_replaces_a_block_it_outgrows) {
+  spool_pool *p = pool_with(NULL);
+  cudaStream_t s = test_stream_create();
+  CK_SPOOL(spool_free(p, alloc_on(p, 4 * MiB, s), s));
+  check_cache_stats(p, 0, 1, 4 * MiB);
+  void *q = alloc_on(p, 6 * MiB, s);
+  check_cache_stats(p, 0, 2, 0);
+  CK_SPOOL(spool_free(p, q, s));
+  check_cache_stats(p, 0, 2, 6 * MiB);
+  test_pool_destroy(p);
+  test_stream_destroy(s);
+}
+END_TEST
+
+/* A brief stream seldom misses, so it would seldom reach fence_every heap operations: its miss
+ * records its fence at once, and what it left in the heap (here the rest of its new chunk)
+ * serves another stream once that fence has passed, without a chunk of its own. */
+START_TEST(cache_brief_stream_miss_fences_what_it_leaves_in_the_heap) {
+  spool_pool *p = pool_with("fence_every=65536");
+  cudaStream_t s1 = test_stream_create(), s2 = test_stream_create();
+  void *a = alloc_on(p, 512 * KiB, s1); /* a 2 MiB chunk; its rest pending on s1 */
+  ck_assert_uint_eq(test_stats(p).fences, 1);
+  CK_CUDA(cudaStreamSynchronize(s1));
+  void *b = alloc_on(p, 512 * KiB, s2);
+  ck_assert_uint_eq(test_stats(p).chunk_allocs, 1);
+  ck_assert_ptr_eq(b, (char *)a + 512 * KiB);
+  CK_SPOOL(spool_free(p, a, s1));
+  CK_SPOOL(spool_free(p, b, s2));
+  test_pool_destroy(p);
+  test_stream_destroy(s1);
+  test_stream_destroy(s2);
 }
 END_TEST
 
@@ -312,7 +432,7 @@ END_TEST
 /* ---- bounds ------------------------------------------------------------------------------- */
 
 START_TEST(cache_front_limit_sends_frees_to_heap) {
-  spool_pool *p = pool_with("front_limit=1MiB");
+  spool_pool *p = pool_with("front_limit=1MiB, front_brief=off");
   cudaStream_t s = test_stream_create();
   void *a = alloc_on(p, MiB, s), *b = alloc_on(p, MiB, s);
   CK_SPOOL(spool_free(p, a, s));
@@ -800,6 +920,14 @@ static Suite *cache_suite(void) {
   tcase_add_test(tc, cache_bypassed_under_capture);
   tcase_add_test(tc, cache_capture_check_off_serves_under_capture);
   tcase_add_test(tc, cache_free_under_capture_refused);
+  suite_add_tcase(s, tc);
+  tc = test_tcase("brief");
+  tcase_add_test(tc, cache_brief_stream_serves_smaller_sizes_from_its_largest_block);
+  tcase_add_test(tc, cache_brief_stream_leaves_a_far_larger_block_alone);
+  tcase_add_test(tc, cache_stream_holding_many_buffers_takes_blocks_within_twice_the_size);
+  tcase_add_test(tc, cache_brief_front_keeps_the_working_set_past_front_limit);
+  tcase_add_test(tc, cache_brief_stream_replaces_a_block_it_outgrows);
+  tcase_add_test(tc, cache_brief_stream_miss_fences_what_it_leaves_in_the_heap);
   suite_add_tcase(s, tc);
   tc = test_tcase("bounds");
   tcase_add_test(tc, cache_front_limit_sends_frees_to_heap);

@@ -533,7 +533,8 @@ START_TEST(test_error_unknown_key) {
   parse_fails("poisson=on", "did you mean 'poison'?", NULL, NULL);
   /* nothing close: the message lists the keys */
   parse_fails("colour=blue", "config line 1: unknown key 'colour' (valid keys: device, ",
-              "release_threshold", "oom_retries, poison, quarantine, cache, front_limit, heap_max_block, "
+              "release_threshold",
+              "oom_retries, poison, quarantine, cache, front_limit, front_brief, heap_max_block, "
               "chunk_idle, fence_every, fence_bytes, capture_check, cache_owner, ipc, nvtx, "
               "trace)");
   parse_fails("dev=1", "unknown key 'dev' (valid keys:", NULL, NULL);
@@ -1032,6 +1033,7 @@ START_TEST(test_format_defaults) {
                                "quarantine=64\n"
                                "cache=on\n"
                                "front_limit=1048576\n"
+                               "front_brief=on\n"
                                "heap_max_block=1099511627776\n"
                                "chunk_idle=256\n"
                                "fence_every=16\n"
@@ -1137,7 +1139,7 @@ START_TEST(test_format_too_small) {
   spool_config_init(&cfg);
   memset(buf, 'x', sizeof buf);
   ck_assert_int_eq(spool_config_format(&cfg, buf, sizeof buf), SPOOL_ERR_INVALID);
-  ck_assert_ptr_nonnull(strstr(spool_last_error(), "buf has 32 bytes, the text needs 400"));
+  ck_assert_ptr_nonnull(strstr(spool_last_error(), "buf has 32 bytes, the text needs 415"));
   ck_assert_int_eq(buf[0], 'x'); /* untouched on failure */
   ck_assert_int_eq(spool_config_format(&cfg, buf, 0), SPOOL_ERR_INVALID);
 }

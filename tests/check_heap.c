@@ -381,14 +381,15 @@ static void model_check(spool_pool *p, const model_buf *live, uint64_t op) {
   ck_assert_uint_eq(st.buffers_in_use, (uint64_t)n);
 }
 
-static void model_run(const char *conf, uint64_t seed) {
+/* slots: buffers live at most (up to MODEL_SLOTS), over all streams. */
+static void model_run(const char *conf, uint64_t seed, unsigned slots) {
   spool_pool *p = test_pool_with(conf);
   cudaStream_t s[MODEL_STREAMS];
   for (int i = 0; i < MODEL_STREAMS; i++) s[i] = test_stream_create();
   model_buf live[MODEL_SLOTS] = {{0}};
   for (uint64_t op = 0; op < MODEL_OPS; op++) {
     uint64_t r = test_rand(&seed);
-    model_buf *b = &live[r % MODEL_SLOTS];
+    model_buf *b = &live[r % slots];
     int k = (int)((r >> 8) % MODEL_STREAMS);
     if (b->p) {
       /* most frees on the buffer's own stream; some on another, ordered by a synchronize */
@@ -425,9 +426,10 @@ static void model_run(const char *conf, uint64_t seed) {
 }
 
 START_TEST(heap_random_operations_keep_every_invariant) {
-  model_run(NULL, 0x5EED0001);
-  model_run("front_limit=0, chunk_idle=0", 0x5EED0002);
-  model_run("front_limit=64MiB, chunk_idle=4", 0x5EED0003);
+  model_run(NULL, 0x5EED0001, MODEL_SLOTS);
+  model_run("front_limit=0, chunk_idle=0", 0x5EED0002, MODEL_SLOTS);
+  model_run("front_limit=64MiB, chunk_idle=4", 0x5EED0003, MODEL_SLOTS);
+  model_run(NULL, 0x5EED0004, 6); /* a few live per stream: brief fronts (front_brief) */
 }
 END_TEST
 

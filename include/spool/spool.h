@@ -173,6 +173,15 @@ typedef struct spool_config {
                                        block of the size the stream allocated last, kept
                                        until the stream asks another size). Default
                                        SPOOL_FRONT_LIMIT_DEFAULT. */
+  bool front_brief;                 /* a stream that frees its buffers within a few of its own
+                                       allocations, with few live at once (a temporary per
+                                       kernel, of ever-changing sizes), keeps freed blocks up to
+                                       its own peak bytes in use in its front beyond
+                                       front_limit, and may take a block of any larger size
+                                       from it: a hit per pair, for about one block of its
+                                       largest size per stream. Default on; off: every stream
+                                       keeps to front_limit and to blocks within twice the
+                                       size. */
   uint64_t heap_max_block;          /* larger allocations skip the heap and go to the pool. At
                                        most SPOOL_HEAP_MAX_BLOCK_LIMIT (the default). */
   unsigned chunk_idle;              /* heap allocations a chunk whose blocks are all free may
