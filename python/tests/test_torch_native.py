@@ -19,7 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 # Importing test_spool_torch skips this module too, with the reason, where torch or a CUDA device
 # is missing; it also puts the package's folder on sys.path.
-from test_spool_torch import MODELS, PYTHON_DIR, first_difference, run  # noqa: E402
+from test_spool_torch import MODELS, PYTHON_DIR, run  # noqa: E402
 import spool  # noqa: E402
 
 SCENARIOS = os.path.join(HERE, "torch_native_scenarios.py")
@@ -60,20 +60,14 @@ def test_cudnn_benchmark_conv_trains_like_native(env):
     assert len(native["losses"]) == len(spool_run["losses"]) == 60
     losses = [float.fromhex(h) for h in spool_run["losses"]]
     assert all(math.isfinite(v) for v in losses) and losses[0] != losses[-1]
-    first = first_difference(native["losses"], spool_run["losses"])
-    if first is not None:  # the allocator, or cuDNN timing its algorithms differently?
-        again = first_difference(native["losses"], run(env, *args, "--allocator",
-                                                       "native")["losses"])
-        if again is None:
-            pytest.fail(f"step {first}: native {native['losses'][first]}, spool "
-                        f"{spool_run['losses'][first]}, and a second native run matches the "
-                        f"first: the difference is spool's")
-        # Benchmark mode times cuDNN's algorithms and may pick others from run to run: two
-        # native runs differ in their bits too (measured on the H200), so spool's losses are
-        # held to what such a choice moves, not to the bit.
-        reference = [float.fromhex(h) for h in native["losses"]]
-        worst = max(abs(a - b) / abs(b) for a, b in zip(losses, reference))
-        assert worst < 1e-2, f"spool's losses differ from native's by up to {worst:.2e}"
+    # Benchmark mode times cuDNN's algorithms and may pick others from run to run, the more so
+    # on a loaded machine: two native runs on the H200 differ in their bits from the second step
+    # on, and one native run matching another proves nothing of a third. So spool's losses are
+    # held to what such a choice moves, not to the bit (test_training_matches_native_bit_for_bit
+    # holds them to the bit without benchmarking); corrupted memory moves them far more.
+    reference = [float.fromhex(h) for h in native["losses"]]
+    worst = max(abs(a - b) / abs(b) for a, b in zip(losses, reference))
+    assert worst < 1e-2, f"spool's losses differ from native's by up to {worst:.2e}"
     assert spool_run["spool_stats"]["free_failures"] == 0
 
 
