@@ -247,14 +247,37 @@ static spool__block *carve(spool__heap *h, spool__block *b, uint64_t need) {
   return u;
 }
 
-spool__block *spool__heap_fit(spool_pool *p, spool__pending *own, uint64_t need) {
+/* The same from the top of b: a small block in a larger band's range sits at its end, out of
+ * the way of the blocks of that band, which grow from the range's start. */
+static spool__block *carve_top(spool__heap *h, spool__block *b, uint64_t need) {
+  if (b->bytes - need < SPOOL__MIN_BLOCK) return carve(h, b, need);
+  spool__block *u = record_new(h);
+  if (!u) return NULL;
+  block_init(u, b->addr + b->bytes - need, need, b->chunk, SPOOL__BLOCK_USED);
+  u->prev = b;
+  u->next = b->next;
+  if (b->next) b->next->prev = u;
+  b->next = u;
+  spool__bins *x = bins_of(h, b);
+  bin_remove(x, b);
+  b->bytes -= need;
+  bin_insert(x, b);
+  h->free_bytes -= need;
+  return u;
+}
+
+spool__block *spool__heap_fit(spool_pool *p, spool__pending *own, uint64_t need, bool wide) {
   spool__heap *h = &p->heap;
-  unsigned band = spool__band_of(need);
-  spool__block *mine = bins_fit(&own->bins[band], need);
-  spool__block *any = bins_fit(&h->shared[band], need);
-  spool__block *b = !any || (mine && mine->bytes <= any->bytes) ? mine : any;
+  spool__block *b = NULL;
+  unsigned band = spool__band_of(need), from = band;
+  for (; !b && band < SPOOL__BANDS; band++) {
+    spool__block *mine = bins_fit(&own->bins[band], need);
+    spool__block *any = bins_fit(&h->shared[band], need);
+    b = !any || (mine && mine->bytes <= any->bytes) ? mine : any;
+    if (!wide) break;
+  }
   if (!b) return NULL;
-  spool__block *u = carve(h, b, need);
+  spool__block *u = b->chunk->band == from ? carve(h, b, need) : carve_top(h, b, need);
   if (u) h->allocs++;
   return u;
 }

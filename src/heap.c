@@ -253,7 +253,7 @@ static spool_status new_chunk(spool_pool *p, spool__scache *c, uint64_t need, si
     s = pool_alloc_for(p, &u, (size_t)need, size, stream);
   }
   pthread_mutex_lock(&p->lock);
-  if (s == SPOOL_ERR_OOM) *out = spool__heap_fit(p, &c->pend, need);
+  if (s == SPOOL_ERR_OOM) *out = spool__heap_fit(p, &c->pend, need, true);
   else if (s == SPOOL_OK)
     *out = spool__heap_add_chunk(p, &c->pend, (uintptr_t)u, bytes, need, malloced);
   pthread_mutex_unlock(&p->lock);
@@ -315,10 +315,10 @@ static SPOOL__NOINLINE spool_status miss(spool_pool *p, spool__scache *c, void *
   spool__front_spill(p, c, SPOOL__FRONT_AGE, true);
   spool__front_spill_below(p, c, spool__class_of(size));
   spool__heap_stream_op(p, &c->pend, stream);
-  spool__block *blk = spool__heap_fit(p, &c->pend, need);
-  if (!blk && spool__heap_publish_ready(p)) blk = spool__heap_fit(p, &c->pend, need);
+  spool__block *blk = spool__heap_fit(p, &c->pend, need, false);
+  if (!blk && spool__heap_publish_ready(p)) blk = spool__heap_fit(p, &c->pend, need, false);
   if (!blk && spool__front_spill(p, c, 0, false)) /* before a new chunk: the rest may merge */
-    blk = spool__heap_fit(p, &c->pend, need);
+    blk = spool__heap_fit(p, &c->pend, need, false);
   spool__heap_idle(p, &c->pend, stream);
   spool_status s = SPOOL_OK;
   bool taken = blk && !p->cfg.poison; /* the common case: one critical section */

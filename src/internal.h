@@ -318,8 +318,10 @@ unsigned spool__band_of(uint64_t need);
 uint64_t spool__chunk_size(uint64_t need);
 
 /* A used block of need bytes for own's stream, from its own pending ranges or the shared ones
- * (the smaller fit), or NULL. NULL also without host memory for a record. */
-spool__block *spool__heap_fit(spool_pool *pool, spool__pending *own, uint64_t need);
+ * (the smaller fit) of need's band, or with `wide` (out of memory) of the first band from there
+ * up that has one, or NULL. A small block in a large chunk would pin it while it lives: only
+ * when no chunk can be had. NULL also without host memory for a record. */
+spool__block *spool__heap_fit(spool_pool *pool, spool__pending *own, uint64_t need, bool wide);
 /* Enters a chunk just allocated on own's stream and cuts need bytes off it; NULL without host
  * memory (the caller gives the chunk back). */
 spool__block *spool__heap_add_chunk(spool_pool *pool, spool__pending *own, uintptr_t addr,

@@ -215,6 +215,30 @@ START_TEST(sim_request_that_fits_the_device_succeeds) {
 }
 END_TEST
 
+/* Near the device's limit a small request that its band cannot place (no room for a 2 MiB
+ * chunk, nor for its own 512 bytes in a new segment) takes the top of a larger band's free
+ * range, out of the way of that band's blocks, rather than fail. */
+START_TEST(sim_small_request_at_the_limit_takes_a_larger_bands_free_range) {
+  cudasim_set_capacity(0, 32 * MiB);
+  spool_pool *p = test_pool_with(NULL);
+  cudaStream_t s = test_stream_create();
+  void *a = test_alloc_on(p, 20 * MiB, s); /* all the device holds: one 32 MiB chunk */
+  void *b = test_alloc_on(p, 4 * KiB, s);
+  ck_assert_ptr_eq(b, AT(a, 32 * MiB - 4 * KiB));
+  spool_stats st = test_stats(p);
+  ck_assert_uint_eq(st.chunk_allocs, 1);
+  ck_assert_uint_eq(st.alloc_failures, 0);
+  void *c = test_alloc_on(p, 11 * MiB, s); /* the band's own block still fits below it */
+  ck_assert_ptr_eq(c, AT(a, 20 * MiB));
+  CK_SPOOL(spool_free(p, a, s));
+  CK_SPOOL(spool_free(p, b, s));
+  CK_SPOOL(spool_free(p, c, s));
+  heap_ok(p);
+  test_pool_destroy(p);
+  test_stream_destroy(s);
+}
+END_TEST
+
 /* The same with max_size: a pool limited to 42 MiB serves 41 MiB. */
 START_TEST(sim_request_that_fits_max_size_succeeds) {
   spool_pool *p = test_pool_with("max_size=42MiB");
@@ -486,6 +510,7 @@ static Suite *heap_suite(void) {
 #ifdef SPOOL_TEST_SIM
   tc = test_tcase("sim");
   tcase_add_test(tc, sim_request_that_fits_the_device_succeeds);
+  tcase_add_test(tc, sim_small_request_at_the_limit_takes_a_larger_bands_free_range);
   tcase_add_test(tc, sim_request_that_fits_max_size_succeeds);
   tcase_add_test(tc, sim_retry_after_handler_sees_what_it_freed);
   tcase_add_test(tc, sim_oom_message_names_idle_bytes_and_largest_block);
