@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "floor.h"
+#include "kernels.h"
 #include "measure.h"
 #include "torch_strategy.h"
 
@@ -191,6 +192,7 @@ int main(int argc, char **argv) {
   }
   const int dev = check_device(&o);
   if (dev != 0) return dev;
+  bench_device_setup();
 
   static char cmd[2048], csv_path[4096];
   command_line(argc, argv, cmd, sizeof cmd);

@@ -19,6 +19,10 @@ extern "C" {
  * memory bandwidth. */
 cudaError_t bench_touch(void *p, size_t n, cudaStream_t s);
 
+/* The device's setup before any measurement: nothing on a GPU; on cudasim, pools reserve in an
+ * H200's 32 MiB segments, so that memory figures read as the H200's. */
+void bench_device_setup(void);
+
 /* The pipeline (see pipeline.h for the frame's order). w x h pixels. */
 cudaError_t bench_synth(uint8_t *rgb, int w, int h, int frame, cudaStream_t s);
 cudaError_t bench_luma(const uint8_t *rgb, float *lum, int w, int h, cudaStream_t s);

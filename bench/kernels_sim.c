@@ -6,6 +6,10 @@
 
 #include <string.h>
 
+#include "cudasim.h"
+
+void bench_device_setup(void) { cudasim_set_pool_segment(CUDASIM_H200_POOL_SEGMENT); }
+
 cudaError_t bench_touch(void *p, size_t n, cudaStream_t s) {
   (void)s;
   const uint32_t v = (uint32_t)n;

@@ -590,6 +590,41 @@ START_TEST(alloc_basics) {
 }
 END_TEST
 
+/* With an H200's 32 MiB segments (bench/pool_segments.c measured them): an allocation no
+ * segment has room for reserves a multiple of 32 MiB; a later small one packs into a segment's
+ * free space; a reset goes back to 2 MiB units. */
+START_TEST(pool_segments_of_an_h200) {
+  cudasim_set_pool_segment(CUDASIM_H200_POOL_SEGMENT);
+  cudaMemPool_t p = new_pool(0, 0);
+  set_threshold(p, UINT64_MAX);
+  cudaStream_t s = new_stream();
+  void *a = alloc(p, 512, s);
+  ck_assert_uint_eq(reserved(p), 32 * MiB);
+  void *b = alloc(p, 20 * MiB, s); /* in the first segment's free space */
+  ck_assert_uint_eq(reserved(p), 32 * MiB);
+  void *c = alloc(p, 33 * MiB, s);
+  ck_assert_uint_eq(reserved(p), 96 * MiB);
+  void *d = alloc(p, 30 * MiB, s); /* the rest of c's 64 MiB */
+  ck_assert_uint_eq(reserved(p), 96 * MiB);
+  void *e = alloc(p, 100 * MiB, s);
+  ck_assert_uint_eq(reserved(p), 224 * MiB);
+  void *all[] = {a, b, c, d, e};
+  for (int i = 0; i < 5; i++) CK(cudaFreeAsync(all[i], s));
+  CK(cudaStreamSynchronize(s));
+  cudasim_set_pool_segment(3 * MiB); /* not a multiple of 2 MiB: ignored */
+  cudaMemPool_t q = new_pool(0, 0);
+  void *f = alloc(q, 512, s);
+  ck_assert_uint_eq(reserved(q), 32 * MiB);
+  CK(cudaFreeAsync(f, s));
+  CK(cudaStreamSynchronize(s));
+  cudasim_reset();
+  p = new_pool(0, 0);
+  void *g = alloc(p, 512, new_stream());
+  ck_assert_uint_eq(reserved(p), 2 * MiB);
+  CK(cudaFreeAsync(g, NULL));
+}
+END_TEST
+
 START_TEST(reuse_same_stream) {
   cudaMemPool_t p = new_pool(0, 0);
   set_threshold(p, UINT64_MAX);
@@ -1968,6 +2003,7 @@ static Suite *sim_suite(void) {
   tcase_add_test(tc, pool_create_rules);
   tcase_add_test(tc, default_pool);
   tcase_add_test(tc, alloc_basics);
+  tcase_add_test(tc, pool_segments_of_an_h200);
   tcase_add_test(tc, reuse_same_stream);
   tcase_add_test(tc, reuse_other_stream);
   tcase_add_test(tc, coalesce);

@@ -154,6 +154,7 @@ void cudasim__sim_defaults(void) {
     cudasim__g.dev[d].pools_supported = 1;
   }
   memset(cudasim__g.no_peer, 0, sizeof cudasim__g.no_peer);
+  cudasim__g.pool_segment = CUDASIM_GRANULARITY;
   cudasim__g.gen++;
   cudasim__g.inited = 1;
 }

@@ -65,6 +65,16 @@ size_t cudasim_calls_all(const char **names, long *counts, size_t cap);
 
 #define CUDASIM_DEFAULT_CAPACITY ((size_t)16 << 30) /* 16 GiB */
 #define CUDASIM_GRANULARITY ((size_t)2 << 20)       /* pools reserve in multiples of 2 MiB */
+/* What a pool on an H200 reserves at a time (bench/pool_segments.c, driver 580.159.04): a
+ * segment of a multiple of 32 MiB for an allocation no segment has room for (512 B, 2 MiB and
+ * 32 MiB each reserve 32 MiB, 33 MiB 64, 100 MiB 128), later small ones packed into a segment's
+ * free space. */
+#define CUDASIM_H200_POOL_SEGMENT ((size_t)32 << 20)
+
+/* The unit pools reserve segments in, a multiple of CUDASIM_GRANULARITY: CUDASIM_GRANULARITY
+ * after a reset (the unit the tests are written in), CUDASIM_H200_POOL_SEGMENT for memory
+ * figures that read as an H200's (spool_bench_sim). Other values are ignored. */
+void cudasim_set_pool_segment(size_t bytes);
 
 /* What cudaDriverGetVersion reports; default 13000. 0 means no driver is installed: then every
  * call but cudaDriverGetVersion and cudaRuntimeGetVersion fails with

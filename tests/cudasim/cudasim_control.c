@@ -75,6 +75,13 @@ void cudasim_set_capacity(int device, size_t bytes) {
   cudasim__unlock();
 }
 
+void cudasim_set_pool_segment(size_t bytes) {
+  cudasim__lock();
+  if (bytes && bytes % CUDASIM_GRANULARITY == 0)
+    cudasim__g.pool_segment = bytes;
+  cudasim__unlock();
+}
+
 void cudasim_fail(const char *api, int nth, cudaError_t err) {
   if (!api || nth < 1)
     return;

@@ -214,6 +214,7 @@ struct sim_state {
   size_t ncounts, capcounts;
   sim_armed *armed;
   size_t narmed, caparmed;
+  size_t pool_segment; /* cudasim_set_pool_segment */
 };
 extern struct sim_state cudasim__g;
 

@@ -161,9 +161,9 @@ static sim_block *pool_best_fit(struct CUmemPoolHandle_st *p, struct CUstream_st
 
 /* Reserves a new segment for need bytes; on failure the pool is unchanged. */
 static cudaError_t pool_grow(struct CUmemPoolHandle_st *p, size_t need, sim_segment **out) {
-  if (need > SIZE_MAX - CUDASIM_GRANULARITY)
+  if (need > SIZE_MAX - cudasim__g.pool_segment)
     return cudaErrorMemoryAllocation;
-  size_t size = cudasim__round_up(need, CUDASIM_GRANULARITY);
+  size_t size = cudasim__round_up(need, cudasim__g.pool_segment);
   sim_device *dv = &cudasim__g.dev[p->device];
   if (p->max_size && (size > p->max_size || p->reserved > p->max_size - size))
     return cudaErrorMemoryAllocation;
