@@ -36,6 +36,7 @@ static const char USAGE[] =
 #ifdef SPOOL_ADVISE_SIM
     "  --capacity SIZE the simulated device's memory (default: the recorded device's, else\n"
     "                  80GiB); this build replays on cudasim, a simulation without a GPU\n"
+    "                  whose pools reserve in an H200's 32 MiB segments\n"
 #endif
     "Exit status: 0 done, 1 bad usage, 2 the trace could not be read or judged, 3 a replay\n"
     "failed.\n";

@@ -37,7 +37,8 @@ static const char USAGE[] =
 #ifdef SPOOL_REPLAY_SIM
     "  --capacity SIZE the simulated device's memory (default: the recorded device's, else\n"
     "                  80GiB). This build runs on cudasim, a simulation: no GPU is needed,\n"
-    "                  the memory figures are the heap's, the times are not a GPU's.\n"
+    "                  the memory figures are the heap's in an H200's 32 MiB pool segments,\n"
+    "                  the times are not a GPU's.\n"
 #endif
     "Exit status: 0 done, 1 bad usage, 2 the trace could not be read, 3 a replay failed.\n";
 
