@@ -12,6 +12,9 @@
  *   holds only what a stream repeats, never a cover of every size it has seen. A free that
  *   would take the front past front_limit goes into the heap at once (one block of the size
  *   asked last is kept, until the stream's next miss).
+ * - A brief stream (front.h: its buffers live through few of its allocations, few at once)
+ *   keeps its working set in its front, up to its peak in use, and takes front blocks up to
+ *   128 times the size asked: a stream of ever-changing sizes hits on every pair.
  * - Other streams reach S's memory only through the heap, after S's fence (chunks.c).
  * - Under stream capture the heap is bypassed: a reused pointer would be baked into the graph.
  *   Blocks allocated under capture go through the uncached path (cudaMallocFromPoolAsync, the

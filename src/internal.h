@@ -140,13 +140,19 @@ static inline size_t spool__index_home(const spool__index *x, uintptr_t key) {
   return (size_t)(h >> 32) & (x->cap - 1);
 }
 
+/* The slot that holds key, else the empty slot that ends key's probe run (x->cap > 0): the one
+ * walk that lookups, inserts and removals share. */
+static inline size_t spool__index_probe(const spool__index *x, uintptr_t key) {
+  size_t i = spool__index_home(x, key);
+  while (x->slots[i].key != key && x->slots[i].key != 0) i = (i + 1) & (x->cap - 1);
+  return i;
+}
+
 /* key's record, or NULL. Inline: every cached free looks its block up. */
 static inline void *spool__index_find(const spool__index *x, uintptr_t key) {
-  if (x->cap == 0) return NULL;
-  for (size_t i = spool__index_home(x, key);; i = (i + 1) & (x->cap - 1)) {
-    if (x->slots[i].key == key) return x->slots[i].val;
-    if (x->slots[i].key == 0) return NULL;
-  }
+  if (x->cap == 0 || key == 0) return NULL;
+  const spool__index_slot *s = &x->slots[spool__index_probe(x, key)];
+  return s->key == key ? s->val : NULL;
 }
 
 /* Buffer records by pointer (the uncached path's live buffers, aligned batches): an index whose

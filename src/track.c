@@ -16,10 +16,9 @@
 
 /* ---- the index ---------------------------------------------------------------------------- */
 
+/* key is not in x. */
 static void place(spool__index *x, uintptr_t key, void *val) {
-  size_t i = spool__index_home(x, key);
-  while (x->slots[i].key != 0) i = (i + 1) & (x->cap - 1);
-  x->slots[i] = (spool__index_slot){key, val};
+  x->slots[spool__index_probe(x, key)] = (spool__index_slot){key, val};
 }
 
 static spool_status grow(spool__index *x) {
@@ -64,16 +63,13 @@ static void close_hole(spool__index *x, size_t i) {
 }
 
 void *spool__index_remove(spool__index *x, uintptr_t key) {
-  if (x->cap == 0) return NULL;
-  for (size_t i = spool__index_home(x, key);; i = (i + 1) & (x->cap - 1)) {
-    if (x->slots[i].key == 0) return NULL;
-    if (x->slots[i].key == key) {
-      void *val = x->slots[i].val;
-      close_hole(x, i);
-      x->count--;
-      return val;
-    }
-  }
+  if (x->cap == 0 || key == 0) return NULL;
+  size_t i = spool__index_probe(x, key);
+  if (x->slots[i].key != key) return NULL;
+  void *val = x->slots[i].val;
+  close_hole(x, i);
+  x->count--;
+  return val;
 }
 
 void spool__index_each(const spool__index *x, void (*fn)(void *val, void *arg), void *arg) {
