@@ -14,6 +14,7 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 
 #include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -21,16 +22,12 @@
 #include <string.h>
 #include <time.h>
 
-typedef CUresult (*capturing_fn)(CUstream, CUstreamCaptureStatus *);
-typedef CUresult (*mode_fn)(CUstreamCaptureMode *);
-typedef CUresult (*record_fn)(CUevent, CUstream);
-typedef CUresult (*query_fn)(CUevent);
-
+/* The driver's functions at the versions find asks. */
 static struct {
-  capturing_fn is_capturing;
-  mode_fn exchange_mode;
-  record_fn event_record;
-  query_fn event_query;
+  PFN_cuStreamIsCapturing_v10000 is_capturing;
+  PFN_cuThreadExchangeStreamCaptureMode_v10010 exchange_mode;
+  PFN_cuEventRecord_v2000 event_record;
+  PFN_cuEventQuery_v2000 event_query;
 } drv;
 
 static cudaStream_t stream;

@@ -9,17 +9,14 @@
 #include "capture.h"
 
 #include <cuda.h>
+#include <cudaTypedefs.h> /* the driver functions' types, by the versions resolve asks */
 #include <string.h>
-
-typedef CUresult (*mode_fn)(CUstreamCaptureMode *);
-typedef CUresult (*record_fn)(CUevent, CUstream);
-typedef CUresult (*query_fn)(CUevent);
 
 static struct {
   spool__capture_fn is_capturing;
-  mode_fn exchange_mode;
-  record_fn event_record;
-  query_fn event_query;
+  PFN_cuThreadExchangeStreamCaptureMode_v10010 exchange_mode;
+  PFN_cuEventRecord_v2000 event_record;
+  PFN_cuEventQuery_v2000 event_query;
 } driver; /* what resolve found; NULL for what it did not */
 static pthread_once_t resolve_once = PTHREAD_ONCE_INIT;
 

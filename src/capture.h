@@ -12,7 +12,7 @@
  * not know (destroyed?), with the message naming ctx and the stream. Asked twice per pair: once
  * the driver's function is found it is called inline; anything but a plain answer (not found
  * yet, an error, the legacy stream's implicit capture) takes the out-of-line way. */
-typedef CUresult (*spool__capture_fn)(CUstream, CUstreamCaptureStatus *);
+typedef CUresult (CUDAAPI *spool__capture_fn)(CUstream, CUstreamCaptureStatus *);
 extern _Atomic(spool__capture_fn) spool__capture_fast;
 spool_status spool__stream_capturing_slow(cudaStream_t stream, bool *capturing, const char *ctx);
 static inline spool_status spool__stream_capturing(cudaStream_t stream, bool *capturing,
