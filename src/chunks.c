@@ -282,6 +282,23 @@ spool__block *spool__heap_fit(spool_pool *p, spool__pending *own, uint64_t need,
   return u;
 }
 
+spool__block *spool__heap_fit_leftover(spool_pool *p, spool__pending *own, uint64_t need) {
+  spool__heap *h = &p->heap;
+  unsigned band = spool__band_of(need);
+  for (spool__chunk *c = h->chunks; c; c = c->next) {
+    if (c->creator != own || c->band <= band) continue;
+    spool__block *b = c->first;
+    while (b->next) b = b->next;
+    if (b->state == SPOOL__BLOCK_FREE && (!b->owner || b->owner == own) && b->bytes >= need &&
+        b->bytes <= BAND_MAX[c->band - 1]) {
+      spool__block *u = carve_top(h, b, need);
+      if (u) h->allocs++;
+      return u;
+    }
+  }
+  return NULL;
+}
+
 spool_status spool__chunk_get(spool_pool *p, void **out, uint64_t bytes, cudaStream_t stream,
                               bool *malloced, const char *ctx) {
   *malloced = p->nvtx.malloc_chunks && spool__nvtx_on(p);
@@ -322,7 +339,7 @@ spool__block *spool__heap_add_chunk(spool_pool *p, spool__pending *own, uintptr_
     return NULL;
   }
   *c = (spool__chunk){.addr = addr, .bytes = bytes, .band = (uint8_t)spool__band_of(need),
-                      .first = b, .next = h->chunks, .malloced = malloced,
+                      .first = b, .next = h->chunks, .malloced = malloced, .creator = own,
                       .nvtx = malloced ? spool__nvtx_heap(p, addr, bytes) : NULL};
   if (h->chunks) h->chunks->prev = c;
   h->chunks = c;

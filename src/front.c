@@ -176,11 +176,11 @@ uint32_t spool__front_spill(spool_pool *p, spool__scache *c, uint64_t age, bool 
   return spilled;
 }
 
-void spool__front_spill_below(spool_pool *p, spool__scache *c, unsigned cls) {
+bool spool__front_spill_below(spool_pool *p, spool__scache *c, unsigned cls) {
   front_lock(c);
   if (!brief(p, c)) {
     front_unlock(c);
-    return;
+    return false;
   }
   unsigned lo = cls > SPOOL__FIT_CLASSES ? cls - SPOOL__FIT_CLASSES : 0;
   for (unsigned k = lo; k < cls; k++) {
@@ -192,6 +192,7 @@ void spool__front_spill_below(spool_pool *p, spool__scache *c, unsigned cls) {
     c->front_map[k / 64] &= ~((uint64_t)1 << (k % 64));
   }
   front_unlock(c);
+  return true;
 }
 
 /* ---- quarantine (poison=on) ---------------------------------------------------------------- */

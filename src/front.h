@@ -230,8 +230,8 @@ uint32_t spool__front_spill(spool_pool *p, spool__scache *c, uint64_t age, bool 
 /* Under the pool's lock: c's stream misses a block for class cls; if it is brief, its front
  * blocks within FIT_CLASSES below cls go into the heap, where they may merge into what is
  * asked: the new block serves their sizes from now on (a stream's largest block grows with its
- * requests instead of the front holding each step). */
-void spool__front_spill_below(spool_pool *p, spool__scache *c, unsigned cls);
+ * requests instead of the front holding each step). Returns whether c is brief. */
+bool spool__front_spill_below(spool_pool *p, spool__scache *c, unsigned cls);
 
 /* poison=on: the ring of c's freed blocks kept out of reuse. Under c's lock, except drain,
  * which takes it under the pool's. */

@@ -316,10 +316,11 @@ static SPOOL__NOINLINE spool_status miss(spool_pool *p, spool__scache *c, void *
   uint64_t need = ((uint64_t)size + SPOOL__MIN_BLOCK - 1) / SPOOL__MIN_BLOCK * SPOOL__MIN_BLOCK;
   pthread_mutex_lock(&p->lock);
   spool__front_spill(p, c, SPOOL__FRONT_AGE, true);
-  spool__front_spill_below(p, c, spool__class_of(size));
+  bool brief_miss = spool__front_spill_below(p, c, spool__class_of(size));
   spool__heap_stream_op(p, &c->pend, stream);
   spool__block *blk = spool__heap_fit(p, &c->pend, need, false);
   if (!blk && spool__heap_publish_ready(p)) blk = spool__heap_fit(p, &c->pend, need, false);
+  if (!blk && brief_miss) blk = spool__heap_fit_leftover(p, &c->pend, need);
   if (!blk && spool__front_spill(p, c, 0, false)) /* before a new chunk: the rest may merge */
     blk = spool__heap_fit(p, &c->pend, need, false);
   spool__heap_idle(p, &c->pend, stream);

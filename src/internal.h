@@ -284,6 +284,7 @@ typedef struct spool__chunk {
   void *nvtx;  /* its heap for memory tools (nvtx.c), NULL when none is attached */
   uint8_t band;
   bool malloced; /* cudaMalloc memory (spool__chunk_get), not the pool's */
+  const struct spool__pending *creator; /* the stream it was taken for (compared, never read) */
 } spool__chunk;
 
 /* An index of free ranges: a list per size class and a bitmap of the classes in use. */
@@ -328,6 +329,12 @@ uint64_t spool__chunk_size(uint64_t need);
  * up that has one, or NULL. A small block in a large chunk would pin it while it lives: only
  * when no chunk can be had. NULL also without host memory for a record. */
 spool__block *spool__heap_fit(spool_pool *pool, spool__pending *own, uint64_t need, bool wide);
+/* A used block of need bytes from the top of a chunk own's stream took for a larger band, out
+ * of the free range that ends it, when that range is own's or shared and too small for any
+ * request of the chunk's band (no block of that band could use it), or NULL. For a brief
+ * stream's small request: the pool reserves 32 MiB segments, so a chunk of the small band for
+ * a few bytes would cost a segment, and a brief block leaves soon. */
+spool__block *spool__heap_fit_leftover(spool_pool *pool, spool__pending *own, uint64_t need);
 /* Enters a chunk just allocated on own's stream and cuts need bytes off it; NULL without host
  * memory (the caller gives the chunk back). */
 spool__block *spool__heap_add_chunk(spool_pool *pool, spool__pending *own, uintptr_t addr,

@@ -197,6 +197,29 @@ START_TEST(cache_brief_stream_replaces_a_block_it_outgrows) {
 }
 END_TEST
 
+/* A brief stream's small request that no small-band range serves takes the top of the leftover
+ * ending one of its own large chunks, when no request of that chunk's band would fit the
+ * leftover (here half a MiB; the band starts above 1 MiB): on a GPU a small-band chunk would
+ * reserve a pool segment of its own. A larger leftover is left to its band, and so is every
+ * leftover with front_brief=off. */
+START_TEST(cache_brief_small_request_takes_a_large_chunks_unusable_leftover) {
+  const size_t big[] = {31 * MiB + 512 * KiB, 20 * MiB, 31 * MiB + 512 * KiB};
+  for (int i = 0; i < 3; i++) {
+    spool_pool *p = pool_with(i == 2 ? "front_brief=off" : NULL);
+    cudaStream_t s = test_stream_create();
+    void *a = alloc_on(p, big[i], s);
+    CK_SPOOL(spool_free(p, a, s)); /* into the front: far larger than 4 KiB asks */
+    void *b = alloc_on(p, 4 * KiB, s);
+    bool leftover = i == 0;
+    ck_assert_uint_eq(test_stats(p).chunk_allocs, leftover ? 1 : 2);
+    if (leftover) ck_assert_ptr_eq(b, (char *)a + 32 * MiB - 4 * KiB);
+    CK_SPOOL(spool_free(p, b, s));
+    test_pool_destroy(p);
+    test_stream_destroy(s);
+  }
+}
+END_TEST
+
 /* A brief stream seldom misses, so it would seldom reach fence_every heap operations: its miss
  * records its fence at once, and what it left in the heap (here the rest of its new chunk)
  * serves another stream once that fence has passed, without a chunk of its own. */
@@ -928,6 +951,7 @@ static Suite *cache_suite(void) {
   tcase_add_test(tc, cache_brief_front_keeps_the_working_set_past_front_limit);
   tcase_add_test(tc, cache_brief_stream_replaces_a_block_it_outgrows);
   tcase_add_test(tc, cache_brief_stream_miss_fences_what_it_leaves_in_the_heap);
+  tcase_add_test(tc, cache_brief_small_request_takes_a_large_chunks_unusable_leftover);
   suite_add_tcase(s, tc);
   tc = test_tcase("bounds");
   tcase_add_test(tc, cache_front_limit_sends_frees_to_heap);
