@@ -2,6 +2,7 @@
 #include "report.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -283,23 +284,29 @@ typedef struct target {
   bool at_most; /* the figure must be <= limit (else >=) */
 } target;
 
-/* Issue 4's targets for spool's defaults; the 25 ns one is for capture_check=off, which is what
- * spool-tuned is unless --tuned says otherwise. */
+/* The stream-ordered heap's targets: per pair over the no-allocation loop with the defaults
+ * (two capture queries are about 36 ns of the 45) and with capture_check=off (what spool-tuned
+ * is unless --tuned says otherwise); 16 threads near the no-allocation rate; and memory, each
+ * bound set by what the workload's shape allows (random on 4 streams: one region of the
+ * largest size per stream is the floor without a CUDA call per pair; the pipeline: what
+ * cudaMallocAsync with release threshold max reserves). */
 static const target TARGETS[] = {
-    {WL_1MIB, ST_SPOOL, 1, FIG_NS, 50, true},
-    {WL_64MIB, ST_SPOOL, 1, FIG_NS, 50, true},
-    {WL_RANDOM, ST_SPOOL, 1, FIG_NS, 50, true},
-    {WL_1MIB, ST_SPOOL_TUNED, 1, FIG_NS, 25, true},
-    {WL_64MIB, ST_SPOOL_TUNED, 1, FIG_NS, 25, true},
-    {WL_RANDOM, ST_SPOOL_TUNED, 1, FIG_NS, 25, true},
-    {WL_PIPELINE, ST_SPOOL, 1, FIG_OVER, 300, true},
-    {WL_THREADS, ST_SPOOL, 16, FIG_MRATE, 20, false},
-    {WL_THREADS, ST_SPOOL, 16, FIG_PCT, 50, false},
+    {WL_1MIB, ST_SPOOL, 1, FIG_OVER, 45, true},
+    {WL_64MIB, ST_SPOOL, 1, FIG_OVER, 45, true},
+    {WL_RANDOM, ST_SPOOL, 1, FIG_OVER, 45, true},
+    {WL_1MIB, ST_SPOOL_TUNED, 1, FIG_OVER, 12, true},
+    {WL_64MIB, ST_SPOOL_TUNED, 1, FIG_OVER, 12, true},
+    {WL_RANDOM, ST_SPOOL_TUNED, 1, FIG_OVER, 12, true},
+    {WL_THREADS, ST_SPOOL, 16, FIG_PCT, 90, false},
+    {WL_RANDOM, ST_SPOOL, 1, FIG_RATIO, 4.5, true},
+    {WL_SINGLE8, ST_SPOOL, 1, FIG_RATIO, 9, true},
+    {WL_PIPELINE, ST_SPOOL, 1, FIG_RATIO, 4.05, true},
     {WL_CHURN, ST_SPOOL, 1, FIG_RATIO, 1.15, true},
 };
 
-static const char *FIG_NAMES[] = {"ns/pair", "ns/pair over bare launch", "Mpairs/s, all threads",
-                                  "% of the no-allocation rate", "reserved high / live high"};
+static const char *FIG_NAMES[] = {"ns/pair", "ns/pair over the no-allocation loop",
+                                  "Mpairs/s, all threads", "% of the no-allocation rate",
+                                  "reserved high / live high"};
 
 static const result *find(const report *r, workload_id wl, strategy_id st, int threads) {
   for (size_t i = 0; i < r->n; ++i)
@@ -331,11 +338,12 @@ void report_targets(FILE *out, const report *r) {
     const target *t = &TARGETS[i];
     double v = 0;
     if (!target_value(r, t, &v)) continue;
-    if (!any) fprintf(out, "targets (issue 4):\n");
+    if (!any) fprintf(out, "targets:\n");
     any = true;
     const result *x = find(r, t->wl, t->st, t->threads);
-    const bool met = t->at_most ? v <= t->limit : v >= t->limit;
-    fprintf(out, "  %-9s %-12s %-28s %10.2f  target %s %-6g %s   [%s]\n", WORKLOADS[t->wl].name,
+    const double shown = round(v * 100) / 100; /* judged as printed: 9.00 meets <= 9 */
+    const bool met = t->at_most ? shown <= t->limit : shown >= t->limit;
+    fprintf(out, "  %-9s %-12s %-35s %10.2f  target %s %-6g %s   [%s]\n", WORKLOADS[t->wl].name,
             STRATEGIES[t->st].name, FIG_NAMES[t->fig], v, t->at_most ? "<=" : ">=", t->limit,
             met ? "met    " : "NOT MET", x->conf[0] != '\0' ? x->conf : "defaults");
   }
