@@ -171,8 +171,9 @@ typedef struct spool_config {
                                        the heap, for a repeat of their size at the cost of a
                                        hit; a free beyond it goes into the heap (except one
                                        block of the size the stream allocated last, kept
-                                       until the stream asks another size). Default
-                                       SPOOL_FRONT_LIMIT_DEFAULT. */
+                                       until the stream asks another size, and what a brief
+                                       stream keeps: front_brief). 0: one block per stream,
+                                       no brief fronts. Default SPOOL_FRONT_LIMIT_DEFAULT. */
   bool front_brief;                 /* a stream that frees its buffers within a few of its own
                                        allocations, with few live at once (a temporary per
                                        kernel, of ever-changing sizes), keeps freed blocks up to
