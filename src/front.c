@@ -143,6 +143,16 @@ static void spill_one(spool_pool *p, spool__scache *c, spool__buffer *b) {
  * the size the stream asked last (front_admits), and a miss asks another size: that block is
  * no repeat, and goes at once, to merge back into its chunk (which may serve this very miss).
  * Returns how many blocks went. */
+/* Under c's lock and the pool's: the first (oldest) n blocks of bin cls go into the heap. */
+static void spill_head(spool_pool *p, spool__scache *c, unsigned cls, uint32_t n) {
+  spool__bin *bin = &c->bins[cls];
+  for (uint32_t i = 0; i < n; i++) spill_one(p, c, bin->items[i]);
+  memmove(bin->items, bin->items + n, (bin->count - n) * sizeof *bin->items);
+  bin->count -= n;
+  c->front_blocks -= n;
+  if (!bin->count) c->front_map[cls / 64] &= ~((uint64_t)1 << (cls % 64));
+}
+
 uint32_t spool__front_spill(spool_pool *p, spool__scache *c, uint64_t age, bool due) {
   front_lock(c);
   uint32_t spilled = 0;
@@ -159,17 +169,13 @@ uint32_t spool__front_spill(spool_pool *p, spool__scache *c, uint64_t age, bool 
   for (unsigned w = 0; w < SPOOL__BIN_WORDS; w++) {
     for (uint64_t m = c->front_map[w]; m; m &= m - 1) {
       unsigned cls = w * 64 + (unsigned)__builtin_ctzll(m);
-      spool__bin *bin = &c->bins[cls];
+      const spool__bin *bin = &c->bins[cls];
       uint32_t old = 0;
       while (old < bin->count &&
-             (age == 0 || ((spool__buffer *)bin->items[old])->tick < keep_from))
-        spill_one(p, c, bin->items[old++]);
-      if (!old) continue;
-      memmove(bin->items, bin->items + old, (bin->count - old) * sizeof *bin->items);
-      bin->count -= old;
-      c->front_blocks -= old;
+             (age == 0 || ((const spool__buffer *)bin->items[old])->tick < keep_from))
+        old++;
+      if (old) spill_head(p, c, cls, old);
       spilled += old;
-      if (!bin->count) c->front_map[w] &= ~((uint64_t)1 << (cls % 64));
     }
   }
   front_unlock(c);
@@ -183,14 +189,8 @@ bool spool__front_spill_below(spool_pool *p, spool__scache *c, unsigned cls) {
     return false;
   }
   unsigned lo = cls > SPOOL__FIT_CLASSES ? cls - SPOOL__FIT_CLASSES : 0;
-  for (unsigned k = lo; k < cls; k++) {
-    spool__bin *bin = &c->bins[k];
-    if (!bin->count) continue;
-    for (uint32_t i = 0; i < bin->count; i++) spill_one(p, c, bin->items[i]);
-    c->front_blocks -= bin->count;
-    bin->count = 0;
-    c->front_map[k / 64] &= ~((uint64_t)1 << (k % 64));
-  }
+  for (unsigned k = lo; k < cls; k++)
+    if (c->bins[k].count) spill_head(p, c, k, c->bins[k].count);
   front_unlock(c);
   return true;
 }

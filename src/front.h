@@ -225,7 +225,8 @@ static inline spool__buffer *front_rec(const spool__scache *c, uintptr_t u) {
 void spool__front_bury(spool_pool *p, spool__scache *c, const spool__buffer *b);
 /* Under the pool's lock: the blocks of c's front that the stream has not taken back within its
  * last `age` frees go into the heap (age 0: all of them); with `due` (a miss), only every
- * FRONT_AGE / 4 frees, except that a front past front_limit goes whole. Returns how many went. */
+ * FRONT_AGE / 4 frees, except that a front past its bound (front_bound) goes whole. Returns how
+ * many went. */
 uint32_t spool__front_spill(spool_pool *p, spool__scache *c, uint64_t age, bool due);
 /* Under the pool's lock: c's stream misses a block for class cls; if it is brief, its front
  * blocks within FIT_CLASSES below cls go into the heap, where they may merge into what is

@@ -475,9 +475,9 @@ static SPOOL__INLINE void count_free(spool_pool *p, spool__scache *c, const spoo
  * next miss: a stream of ever-changing sizes does not hold large blocks idle. */
 static SPOOL__INLINE bool front_admits(const spool_pool *p, const spool__scache *c,
                                        const spool__buffer *b) {
-  return c->c.bytes_cached + b->bytes <= p->cfg.front_limit ||
-         c->c.bytes_cached + b->bytes <= front_bound(p, c) ||
-         (c->front_blocks == 0 && b->cls == c->last_cls);
+  uint64_t bytes = c->c.bytes_cached + b->bytes;
+  return bytes <= p->cfg.front_limit || /* the common case asks no brevity */
+         bytes <= front_bound(p, c) || (c->front_blocks == 0 && b->cls == c->last_cls);
 }
 
 /* Under c's lock: the live block b, freed on c's stream, goes into the front bin of the size it
