@@ -52,9 +52,17 @@ spool__scache *spool__front_find(spool_pool *p, cudaStream_t key, uint64_t threa
   return NULL;
 }
 
+/* The slot a new stream takes: the first empty one from the stream's own (slot_of), else the
+ * next in a round robin. */
+static unsigned free_slot(cudaStream_t key) {
+  unsigned i = slot_of(key);
+  for (unsigned n = 0; n < SPOOL__FRONT_SLOTS; n++, i = (i + 1) & (SPOOL__FRONT_SLOTS - 1))
+    if (!spool__front_slots[i].cache) return i;
+  return slot_next++ % SPOOL__FRONT_SLOTS;
+}
+
 /* The first use of a stream by this thread (or its first since SPOOL__FRONT_SLOTS other
- * streams took the slots): find or make its front under the pool's lock, and give it a slot,
- * round robin. */
+ * streams took the slots): find or make its front under the pool's lock, and give it a slot. */
 spool_status spool__front_of_slow(spool_pool *p, cudaStream_t key, spool__scache **out,
                                   const char *ctx) {
   uint64_t thread = thread_of(key);
@@ -73,8 +81,7 @@ spool_status spool__front_of_slow(spool_pool *p, cudaStream_t key, spool__scache
   if (!c)
     return spool__fail(SPOOL_ERR_HOST_OOM, "%s: no host memory for the cache of stream %p",
                        ctx, (void *)key);
-  spool__front_slots[slot_next++ % SPOOL__FRONT_SLOTS] =
-      (spool__front_slot){p->id, key, c};
+  spool__front_slots[free_slot(key)] = (spool__front_slot){p->id, key, c};
   *out = c;
   return SPOOL_OK;
 }
@@ -102,23 +109,24 @@ void spool__totals_add(spool_pool *p, int64_t bytes, int64_t buffers) {
   }
 }
 
-/* Puts c's share of the pool-wide totals at its current in-use. Under c's lock. Differences of
- * unsigned counters wrap to the signed change. */
-void spool__front_publish(spool_pool *p, spool__scache *c) {
-  spool__totals_add(p, (int64_t)(c->c.bytes_in_use - c->pub_bytes),
-                    (int64_t)(c->c.buffers_in_use - c->pub_buffers));
+/* These put c's share of the pool-wide totals at its current in-use. Under c's lock. Differences
+ * of unsigned counters wrap to the signed change. */
+void spool__front_publish_bytes(spool_pool *p, spool__scache *c) {
+  spool__totals_add(p, (int64_t)(c->c.bytes_in_use - c->pub_bytes), 0);
   c->pub_bytes = c->c.bytes_in_use;
-  c->pub_buffers = c->c.buffers_in_use;
-  c->ops = 0;
 }
 
-/* Every PUBLISH_EVERY operations: the buffer count's falls, which nothing else publishes. Bytes
- * stay as they are: a fall within PUBLISH_SLACK is the bound the peaks allow, and publishing it
- * would only make the next growth spool__front_publish again. */
+/* The buffer count's growth, at once, and its falls, every PUBLISH_EVERY operations: a fall
+ * cannot move a peak. */
 void spool__front_publish_buffers(spool_pool *p, spool__scache *c) {
   spool__totals_add(p, 0, (int64_t)(c->c.buffers_in_use - c->pub_buffers));
   c->pub_buffers = c->c.buffers_in_use;
   c->ops = 0;
+}
+
+void spool__front_publish(spool_pool *p, spool__scache *c) {
+  spool__front_publish_bytes(p, c);
+  spool__front_publish_buffers(p, c);
 }
 
 /* ---- bins ---------------------------------------------------------------------------------- */

@@ -112,15 +112,23 @@ spool__scache *spool__front_find(spool_pool *p, cudaStream_t key, uint64_t threa
 spool_status spool__front_of_slow(spool_pool *p, cudaStream_t key, spool__scache **out,
                                   const char *ctx);
 
-/* A thread cycling over a few streams (4 in a round robin, say) finds each in the slots: a
- * scan of all of them costs less than one collision that sends it to the pool's lock. */
+/* The slot a stream's front is looked for first (and put in, when free): a thread cycling over a
+ * few streams (4 in a round robin, say) finds each at its first probe, and a full scan of the
+ * slots, at worst, costs less than one miss that sends it to the pool's lock. */
+static inline unsigned slot_of(cudaStream_t key) {
+  return (unsigned)(((uintptr_t)key * UINT64_C(0x9E3779B97F4A7C15)) >> 61) &
+         (SPOOL__FRONT_SLOTS - 1);
+}
+
 static inline spool_status cache_of(spool_pool *p, cudaStream_t stream, spool__scache **out,
                                     const char *ctx) {
   cudaStream_t key = key_of(stream);
   uint64_t id = p->id;
-  for (unsigned i = 0; i < SPOOL__FRONT_SLOTS; i++) {
-    if (spool__front_slots[i].stream == key && spool__front_slots[i].pool == id) {
-      *out = spool__front_slots[i].cache;
+  unsigned i = slot_of(key);
+  for (unsigned n = 0; n < SPOOL__FRONT_SLOTS; n++, i = (i + 1) & (SPOOL__FRONT_SLOTS - 1)) {
+    const spool__front_slot *slot = &spool__front_slots[i];
+    if (slot->stream == key && slot->pool == id) {
+      *out = slot->cache;
       return SPOOL_OK;
     }
   }
@@ -130,23 +138,30 @@ static inline spool_status cache_of(spool_pool *p, cudaStream_t stream, spool__s
 /* ---- totals -------------------------------------------------------------------------------- */
 
 /* Under c's lock: c's share of the pool-wide totals set to its in-use now (all of it, or the
- * buffer count only). */
+ * bytes or the buffer count only). */
 void spool__front_publish(spool_pool *p, spool__scache *c);
+void spool__front_publish_bytes(spool_pool *p, spool__scache *c);
 void spool__front_publish_buffers(spool_pool *p, spool__scache *c);
 
 /* A move of the stream's bytes in use of more than PUBLISH_SLACK either way from its published
  * share goes out at once, and so does a growth of its buffer count; a smaller move of bytes
- * never by itself. So the pool-wide totals are each stream's use within 1 MiB, the pool-wide
- * peak is exact within 1 MiB per stream, and the stream's own high (c->high, kept exact by
- * make_live, the one place its use grows) is a floor for it: one stream's peak is exact. A
- * stream whose use moves within 1 MiB publishes nothing but its buffer count now and then:
- * threads on their own streams then share no written line. */
-static inline void after_op(spool_pool *p, spool__scache *c) {
-  uint64_t bytes = c->c.bytes_in_use;
-  if (bytes > c->pub_bytes + SPOOL__PUBLISH_SLACK || c->c.buffers_in_use > c->pub_buffers ||
-      c->pub_bytes > bytes + SPOOL__PUBLISH_SLACK)
-    spool__front_publish(p, c);
-  else if (++c->ops >= SPOOL__PUBLISH_EVERY && c->c.buffers_in_use != c->pub_buffers)
+ * never by itself, and a fall of the count every PUBLISH_EVERY frees. So the pool-wide
+ * totals are each stream's use within 1 MiB, the pool-wide peaks are exact within 1 MiB per
+ * stream (and exact for buffers), and the stream's own high (c->high, kept exact by make_live,
+ * the one place its use grows) is a floor for it: one stream's peak is exact. A stream whose use
+ * moves within 1 MiB publishes nothing but its buffer count now and then, so threads on their
+ * own streams share no written line; one that moves by more (a 64 MiB pair) publishes its bytes
+ * only, one atomic per operation. After an allocation, the rise: */
+static inline void after_alloc(spool_pool *p, spool__scache *c) {
+  if (c->c.bytes_in_use > c->pub_bytes + SPOOL__PUBLISH_SLACK) spool__front_publish_bytes(p, c);
+  if (c->c.buffers_in_use > c->pub_buffers) spool__front_publish_buffers(p, c);
+}
+
+/* The other way: a fall of a stream's use, by a free of its own or a move of its buffer to
+ * another front. */
+static inline void after_free(spool_pool *p, spool__scache *c) {
+  if (c->pub_bytes > c->c.bytes_in_use + SPOOL__PUBLISH_SLACK) spool__front_publish_bytes(p, c);
+  if (++c->ops >= SPOOL__PUBLISH_EVERY && c->c.buffers_in_use != c->pub_buffers)
     spool__front_publish_buffers(p, c);
 }
 

@@ -181,7 +181,7 @@ static inline void make_live(spool_pool *p, spool__scache *c, spool__buffer *b, 
   c->c.bytes_in_use += size;
   c->c.buffers_in_use++;
   if (c->c.bytes_in_use > c->high) c->high = c->c.bytes_in_use;
-  after_op(p, c);
+  after_alloc(p, c);
 }
 
 /* The first non-empty front bin in (cls, cls + span], or 0. */
@@ -198,23 +198,29 @@ static inline unsigned bin_above(const spool__scache *c, unsigned cls, unsigned 
   return 0;
 }
 
+/* pop's search past the exact bin. */
+static SPOOL__NOINLINE spool__buffer *pop_above(const spool_pool *p, spool__scache *c,
+                                               unsigned cls, unsigned *from) {
+  bool wide = brief(p, c);
+  unsigned k = bin_above(c, cls, wide ? SPOOL__BRIEF_FIT_CLASSES : SPOOL__FIT_CLASSES);
+  if (!k) return NULL;
+  if (wide) *from = k;
+  return bin_pop(c, k);
+}
+
 /* The most recently freed front block of class cls if it holds size bytes (a class spans up to
  * 1/8 of its size), else of the nearest class above within FIT_CLASSES (BRIEF_FIT_CLASSES for
  * a brief stream); taken out of its bin, whose class *from is: the bin it goes back to once
  * freed. A stream files a block by the size it asked, so that a repeat of that size finds it; a
  * brief one, which takes blocks far larger, by the bin it came from, so that a larger request
  * still finds it. NULL when there is none. Under c's lock. */
-static inline spool__buffer *pop(const spool_pool *p, spool__scache *c, unsigned cls,
-                                 size_t size, unsigned *from) {
+static SPOOL__INLINE spool__buffer *pop(const spool_pool *p, spool__scache *c, unsigned cls,
+                                        size_t size, unsigned *from) {
   const spool__bin *bin = &c->bins[cls];
   *from = cls;
   if (bin->count && ((spool__buffer *)bin->items[bin->count - 1])->bytes >= size)
     return bin_pop(c, cls);
-  bool wide = brief(p, c);
-  unsigned k = bin_above(c, cls, wide ? SPOOL__BRIEF_FIT_CLASSES : SPOOL__FIT_CLASSES);
-  if (!k) return NULL;
-  if (wide) *from = k;
-  return bin_pop(c, k);
+  return pop_above(p, c, cls, from);
 }
 
 /* Under c's lock: the front block b becomes the caller's buffer. */
@@ -349,32 +355,45 @@ static inline spool_status device_ok(spool_pool *p, spool__scache *c, cudaStream
   return s;
 }
 
-static bool front_alloc(spool_pool *p, void **ptr, size_t size, cudaStream_t stream,
-                        const spool__site *site, spool_status *s) {
+/* The front's allocation: true when it answered (*s), false for a capture, which it passes on.
+ * Forced inline into alloc_site: a hit is one straight line from the API's entry to its return;
+ * a miss, poisoning and a failed check leave it for functions of their own. */
+static SPOOL__INLINE bool front_alloc(spool_pool *p, void **ptr, size_t size,
+                                      cudaStream_t stream, const spool__site *site,
+                                      spool_status *s) {
   spool__scache *c;
   *s = cache_of(p, stream, &c, ALLOC);
-  if (*s != SPOOL_OK) return true;
+  if (SPOOL__UNLIKELY(*s != SPOOL_OK)) return true;
   if (p->cfg.capture_check) {
     bool capturing = false;
     *s = spool__stream_capturing(stream, &capturing, ALLOC);
-    if (*s != SPOOL_OK) return true;
-    if (capturing) return false;
+    if (SPOOL__UNLIKELY(*s != SPOOL_OK)) return true;
+    if (SPOOL__UNLIKELY(capturing)) return false;
   }
   *s = device_ok(p, c, stream); /* after the capture check: it would break a capture */
-  if (*s != SPOOL_OK) return true;
+  if (SPOOL__UNLIKELY(*s != SPOOL_OK)) return true;
   held h = enter(c);
   unsigned cls = spool__class_of(size);
   c->last_cls = cls;
   unsigned from;
   spool__buffer *b = pop(p, c, cls, size, &from);
-  uintptr_t u = b ? b->ptr : 0;
-  if (b && !p->cfg.poison) take_hit(p, c, b, size, from, stream, site);
+  uintptr_t u = b ? b->ptr : 0; /* read under the lock */
+  if (b && !p->cfg.poison) {
+    take_hit(p, c, b, size, from, stream, site);
+    leave(c, h);
+    *ptr = (void *)u;
+    return true;
+  }
   leave(c, h);
-  if (b && p->cfg.poison) *s = hit_poisoned(p, c, b, size, from, stream, site);
-  else if (!b) *s = miss(p, c, ptr, size, stream, site);
-  if (b && *s == SPOOL_OK) *ptr = (void *)u;
+  if (!b) {
+    *s = miss(p, c, ptr, size, stream, site);
+    return true;
+  }
+  *s = hit_poisoned(p, c, b, size, from, stream, site);
+  if (*s == SPOOL_OK) *ptr = (void *)u;
   return true;
 }
+
 /* Forced inline: spool__alloc_site's untraced path runs it without a call of its own. */
 static SPOOL__INLINE spool_status alloc_site(spool_pool *pool, void **ptr, size_t size,
                                              cudaStream_t stream, const spool__site *site) {
@@ -466,7 +485,7 @@ static SPOOL__INLINE void count_free(spool_pool *p, spool__scache *c, const spoo
   c->c.frees++;
   c->c.bytes_in_use -= b->size;
   c->c.buffers_in_use--;
-  after_op(p, c);
+  after_free(p, c);
 }
 
 /* Whether c's front takes one more block b: within its bound (front_bound), or, into an empty
@@ -619,9 +638,12 @@ static inline spool_status freeing_cache(spool_pool *p, cudaStream_t stream, spo
   return s == SPOOL_OK ? free_capturing(p, stream, capturing) : s;
 }
 
-static spool__free_result front_free(spool_pool *p, void *ptr, cudaStream_t stream,
-                                     const spool__site *site, spool_status *s,
-                                     spool__buffer *dead) {
+/* The freeing stream's front takes ptr if it holds it live (SPOOL__FREE_DONE, *s), or tells
+ * that it holds it freed (a copy of its record in *dead) or not at all. Forced inline into
+ * free_plain, as front_alloc is. */
+static SPOOL__INLINE spool__free_result front_free(spool_pool *p, void *ptr, cudaStream_t stream,
+                                                   const spool__site *site, spool_status *s,
+                                                   spool__buffer *dead) {
   spool__scache *c;
   bool capturing;
   *s = freeing_cache(p, stream, &c, &capturing);
@@ -654,7 +676,7 @@ static spool__free_result take_from_other(spool_pool *p, const spool__scache *se
       *taken = b;
       c->c.bytes_in_use -= b->size; /* the freeing stream's front takes it over */
       c->c.buffers_in_use--;
-      after_op(p, c);
+      after_free(p, c);
       r = SPOOL__FREE_DONE;
     }
     front_unlock(c);
