@@ -200,7 +200,7 @@ static bool run_one(bench_env *e, job *j, strategy_id sid, int threads) {
   if (ok) {
     res.live_high = live.high;
     if (st->live_is_reserved) res.reserved_high = live.high;
-    res.have_cache = strategy_cache_stats(&a, &res.cache_hits, &res.cache_misses);
+    res.have_cache = strategy_cache_stats(&a, &res.cache);
     summarize(&res, rep, e->o->reps);
   }
   ok = st->teardown(&a) && ok;

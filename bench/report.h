@@ -22,8 +22,8 @@ typedef struct result {
   uint64_t live_high;     /* the harness's count of asked-for bytes at most */
   bool have_allocated;    /* the strategy keeps its own count of bytes handed out ... */
   uint64_t allocated_high; /* ... and this was its highest (strategy.allocated_high) */
-  bool have_cache;        /* spool reported cache counters (since create, warm-up included) */
-  uint64_t cache_hits, cache_misses;
+  bool have_cache;        /* spool reported its heap's counters (cache) */
+  cache_counts cache;
   bool skipped;           /* not run: note says why */
   char note[320];
 } result;

@@ -269,9 +269,12 @@ static bool json_u64(const char *json, const char *key, uint64_t *out) {
 
 /* Read through the JSON, not the struct, so that the harness builds against a spool whose
  * spool_stats has no cache fields yet. */
-bool strategy_cache_stats(allocator *a, uint64_t *hits, uint64_t *misses) {
+bool strategy_cache_stats(allocator *a, cache_counts *out) {
   if (a->pool == NULL) return false;
   char json[4096];
   if (spool_stats_json(a->pool, json, sizeof json) != SPOOL_OK) return false;
-  return json_u64(json, "cache_hits", hits) && json_u64(json, "cache_misses", misses);
+  return json_u64(json, "cache_hits", &out->hits) &&
+         json_u64(json, "cache_misses", &out->misses) &&
+         json_u64(json, "chunk_allocs", &out->chunk_allocs) &&
+         json_u64(json, "fences", &out->fences);
 }

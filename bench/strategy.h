@@ -108,8 +108,15 @@ bool strategy_conf_ok(const char *conf, char *why, size_t len);
 /* Sets a up for st on device (conf: the spool text; slot: the baseline's buffer size). */
 void strategy_init(allocator *a, const strategy *st, int device, const char *conf, size_t slot);
 
-/* Cache counters from spool_stats_json when this spool has them (the per-stream cache); false
- * for other strategies and for a spool without them. */
-bool strategy_cache_stats(allocator *a, uint64_t *hits, uint64_t *misses);
+/* spool's heap counters since create, warm-up included. */
+typedef struct cache_counts {
+  uint64_t hits, misses;   /* allocations a stream's front served / the heap behind it placed */
+  uint64_t chunk_allocs;   /* of those, how many took a new chunk: an allocation call */
+  uint64_t fences;         /* fence events recorded (one driver call each, and a query later) */
+} cache_counts;
+
+/* The heap's counters from spool_stats_json when this spool has them; false for other
+ * strategies and for a spool without them. */
+bool strategy_cache_stats(allocator *a, cache_counts *out);
 
 #endif /* SPOOL_BENCH_STRATEGY_H */
