@@ -851,10 +851,10 @@ static SPOOL__NOINLINE spool_status free_slow(spool_pool *pool, void *ptr, cudaS
 }
 
 /* Where a free goes: the stream's cache, the pool's table, another stream's cache; else it is
- * refused. With track=off the driver judges what no cache knows. Inline in spool_free, whose
- * cache hit must cost no more than it did before the hand-off check came in front of it. */
-static inline spool_status free_plain(spool_pool *pool, void *ptr, cudaStream_t stream,
-                                      const spool__site *site) {
+ * refused. With track=off the driver judges what no cache knows. Forced inline into the API's
+ * entry, as front_free is into it: a hit makes no call of its own. */
+static SPOOL__INLINE spool_status free_plain(spool_pool *pool, void *ptr, cudaStream_t stream,
+                                             const spool__site *site) {
   spool_status s = SPOOL_OK;
   spool__buffer dead; /* filled only when ptr sits freed in a cache */
   spool__free_result fr = SPOOL__FREE_PASS;
