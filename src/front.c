@@ -144,13 +144,6 @@ static void spill_one(spool_pool *p, spool__scache *c, spool__buffer *b) {
   spool__front_bury(p, c, b);
 }
 
-/* Under the pool's lock: the blocks of c's front that the stream has not taken back within its
- * last `age` frees go into the heap (age 0: all of them). Within a bin the oldest lie first.
- * With `due` (a miss), only when FRONT_AGE / 4 frees have passed since the last such look (a
- * walk of the front: not on every miss); but a front past its bound holds only the block of
- * the size the stream asked last (front_admits), and a miss asks another size: that block is
- * no repeat, and goes at once, to merge back into its chunk (which may serve this very miss).
- * Returns how many blocks went. */
 /* Under c's lock and the pool's: the first (oldest) n blocks of bin cls go into the heap. */
 static void spill_head(spool_pool *p, spool__scache *c, unsigned cls, uint32_t n) {
   spool__bin *bin = &c->bins[cls];
@@ -161,6 +154,13 @@ static void spill_head(spool_pool *p, spool__scache *c, unsigned cls, uint32_t n
   if (!bin->count) c->front_map[cls / 64] &= ~((uint64_t)1 << (cls % 64));
 }
 
+/* Under the pool's lock: the blocks of c's front that the stream has not taken back within its
+ * last `age` frees go into the heap (age 0: all of them). Within a bin the oldest lie first.
+ * With `due` (a miss), only when FRONT_AGE / 4 frees have passed since the last such look (a
+ * walk of the front: not on every miss); but a front past its bound holds only the block of
+ * the size the stream asked last (front_admits), and a miss asks another size: that block is
+ * no repeat, and goes at once, to merge back into its chunk (which may serve this very miss).
+ * Returns how many blocks went. */
 uint32_t spool__front_spill(spool_pool *p, spool__scache *c, uint64_t age, bool due) {
   front_lock(c);
   uint32_t spilled = 0;
