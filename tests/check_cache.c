@@ -325,6 +325,53 @@ START_TEST(cache_free_on_other_stream) {
 }
 END_TEST
 
+/* ---- finding a stream's front ------------------------------------------------------------- */
+
+/* A thread keeps a few streams' fronts at hand; one cycling over more streams than that still
+ * finds each stream's own front, and its blocks, every time. */
+START_TEST(cache_thread_cycling_over_many_streams_hits_on_each) {
+  enum { STREAMS = 13, ROUNDS = 4 };
+  spool_pool *p = pool_with(NULL);
+  cudaStream_t s[STREAMS];
+  void *first[STREAMS];
+  for (int i = 0; i < STREAMS; i++) s[i] = test_stream_create();
+  for (int r = 0; r < ROUNDS; r++) {
+    for (int i = 0; i < STREAMS; i++) {
+      void *a = alloc_on(p, 64 * KiB, s[i]);
+      if (r == 0) first[i] = a;
+      ck_assert_msg(a == first[i], "round %d, stream %d: %p, its block is %p", r, i, a,
+                    first[i]);
+      CK_SPOOL(spool_free(p, a, s[i]));
+    }
+  }
+  check_cache_stats(p, (uint64_t)STREAMS * (ROUNDS - 1), STREAMS, (uint64_t)STREAMS * 64 * KiB);
+  test_pool_destroy(p);
+  for (int i = 0; i < STREAMS; i++) test_stream_destroy(s[i]);
+}
+END_TEST
+
+/* Two pools on one stream: each keeps its own front for it, and a pool's block never serves the
+ * other pool (nor is it freed through it). */
+START_TEST(cache_two_pools_on_one_stream_keep_their_own_fronts) {
+  spool_pool *a = pool_with(NULL), *b = pool_with(NULL);
+  cudaStream_t s = test_stream_create();
+  void *x = alloc_on(a, MiB, s);
+  CK_SPOOL(spool_free(a, x, s));
+  void *y = alloc_on(b, MiB, s);
+  ck_assert_ptr_ne(x, y);
+  check_cache_stats(b, 0, 1, 0);
+  void *z = alloc_on(a, MiB, s);
+  ck_assert_ptr_eq(z, x);
+  check_cache_stats(a, 1, 1, 0);
+  CK_STATUS(spool_free(b, z, s), SPOOL_ERR_WRONG_POOL);
+  CK_SPOOL(spool_free(a, z, s));
+  CK_SPOOL(spool_free(b, y, s));
+  test_pool_destroy(a);
+  test_pool_destroy(b);
+  test_stream_destroy(s);
+}
+END_TEST
+
 /* ---- the legacy and per-thread streams --------------------------------------------------- */
 
 START_TEST(cache_legacy_stream_one_cache) {
@@ -939,6 +986,8 @@ static Suite *cache_suite(void) {
   tcase_add_test(tc, cache_other_stream_waits_for_fence);
   tcase_add_test(tc, cache_free_on_other_stream);
   tcase_add_test(tc, cache_legacy_stream_one_cache);
+  tcase_add_test(tc, cache_thread_cycling_over_many_streams_hits_on_each);
+  tcase_add_test(tc, cache_two_pools_on_one_stream_keep_their_own_fronts);
   tcase_add_test(tc, cache_per_thread_streams_are_distinct);
   tcase_add_test(tc, cache_bypassed_under_capture);
   tcase_add_test(tc, cache_capture_check_off_serves_under_capture);
