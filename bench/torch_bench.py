@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """PyTorch's allocators against spool, in one run: PyTorch's native caching allocator, its
-cudaMallocAsync backend and spool (python/spool_torch.py), each training the CNN and the
+cudaMallocAsync backend and spool (spool.torch, python/spool/torch.py), each training the CNN and the
 transformer of bench/torch_models.py in its own process (PyTorch's allocator is chosen once per
 process). Prints a markdown table for docs/benchmarks.md: median and p90 step time, and peak
 reserved and peak in-use memory as each allocator counts them, with the card, driver, PyTorch,
@@ -76,7 +76,7 @@ def commit(given):
 
 def spool_version(lib):
     sys.path.insert(0, os.path.join(REPO, "python"))
-    import spool_torch
+    import spool.torch as spool_torch
     try:
         return spool_torch._load(lib).spool_torch_version().decode()
     except (OSError, RuntimeError):
