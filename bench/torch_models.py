@@ -12,14 +12,21 @@ step times, peak memory as the allocator counts it, the card and the versions.
 
 Allocators: `native` (PyTorch's caching allocator), `async` (its cudaMallocAsync backend, chosen
 with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync, which this script sets before importing
-torch), `spool` (spool.torch, python/spool/torch.py: spool's allocator class where it builds; the
-library from --lib, SPOOL_TORCH_LIB or the build tree) and `spool-pluggable` (the same library
-through CUDAPluggableAllocator alone). `--deterministic` makes runs repeatable (seed, deterministic
-algorithms, cuDNN without benchmarking, the math attention kernel); CUBLAS_WORKSPACE_CONFIG= :4096:8
-is set for it when unset. `--cudnn-benchmark` then lets cuDNN time its deterministic algorithms
-(torch.backends.cudnn.benchmark, which asks the allocator's cacheInfo). Needs torch and a CUDA
-device; nothing else. """ import argparse import contextlib import json import os import statistics
-import sys import time
+torch), `spool` (spool.torch, python/spool/torch.py: spool's allocator class where it builds;
+the library from --lib, SPOOL_TORCH_LIB or the build tree) and `spool-pluggable` (the same
+library through CUDAPluggableAllocator alone). `--deterministic` makes runs repeatable (seed, deterministic
+algorithms, cuDNN without benchmarking, the math attention kernel); CUBLAS_WORKSPACE_CONFIG=
+:4096:8 is set for it when unset. `--cudnn-benchmark` then lets cuDNN time its deterministic
+algorithms (torch.backends.cudnn.benchmark, which asks the allocator's cacheInfo). Needs torch
+and a CUDA device; nothing else.
+"""
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PRESETS = {
