@@ -16,9 +16,9 @@ torch), `spool` (spool.torch, python/spool/torch.py: spool's allocator class whe
 the library from --lib, SPOOL_TORCH_LIB or the build tree) and `spool-pluggable` (the same
 library through CUDAPluggableAllocator alone). `--deterministic` makes runs repeatable (seed,
 deterministic algorithms, cuDNN without benchmarking, the math attention kernel);
-CUBLAS_WORKSPACE_CONFIG=:4096:8 is set for it when unset. `--cudnn-benchmark` then lets cuDNN time its deterministic
-algorithms (torch.backends.cudnn.benchmark, which asks the allocator's cacheInfo). Needs torch
-and a CUDA device; nothing else.
+CUBLAS_WORKSPACE_CONFIG=:4096:8 is set for it when unset. `--cudnn-benchmark` then lets cuDNN
+time its deterministic algorithms (torch.backends.cudnn.benchmark, which asks the allocator's
+cacheInfo). Needs torch and a CUDA device; nothing else.
 """
 import argparse
 import contextlib
