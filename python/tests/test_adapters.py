@@ -2,7 +2,9 @@
 """spool.cupy and spool.numba without CuPy, Numba or a GPU (ctest python_adapters, label cpu).
 
 They run against stand-ins for the parts of CuPy and Numba they use (written to a temporary
-folder first on sys.path, so a real CuPy or Numba here is not used): what they hand the
+folder first on sys.path, with numba-cuda's import redirector, where it is installed, taken out
+of the way: a real CuPy or Numba here is not used), on any machine, a GPU's too (a failed
+allocation asks for a device that no machine has): what they hand the
 framework, that a failed allocation comes back as a Python exception with spool's message (the
 plug-in's status-returning entry: a C++ exception through ctypes would end this process), and
 that importing them without the framework names it. A GPU with the real frameworks is not
@@ -80,6 +82,9 @@ class MemoryPointer:
 """
 
 
+NO_DEVICE = 63  # the plug-in's last ordinal, which no machine has: spool cannot make its pool
+
+
 def write(root, path, text):
     path = os.path.join(root, path)
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -100,9 +105,15 @@ class Adapters(unittest.TestCase):
         write(cls.tmp.name, "numba/cuda/cudadrv/__init__.py", "")
         write(cls.tmp.name, "numba/cuda/cudadrv/driver.py", "USE_NV_BINDING = False\n")
         sys.path[:0] = [cls.tmp.name, PYTHON_DIR]
+        # numba-cuda's .pth installs a finder that sends `numba.cuda` to its own package ahead
+        # of sys.path: the stand-in would not be the one imported.
+        cls.finders = sys.meta_path[:]
+        sys.meta_path[:] = [f for f in sys.meta_path
+                            if not type(f).__module__.startswith("_numba_cuda")]
 
     @classmethod
     def tearDownClass(cls):
+        sys.meta_path[:] = cls.finders
         cls.tmp.cleanup()
 
     def test_cupy_allocator(self):
@@ -110,9 +121,14 @@ class Adapters(unittest.TestCase):
         import spool.cupy
         p = spool.cupy.allocator(0)  # an empty array: nothing allocated, nothing to free
         self.assertEqual((p.ptr, p.mem.size, p.mem.owner, p.mem.device_id), (0, 0, None, 0))
-        # No GPU here: the pool cannot be made, and that is an exception, not an abort.
-        with self.assertRaisesRegex(RuntimeError, "spool"):
-            spool.cupy.allocator(1 << 20)
+        # No such device: the pool cannot be made, and that is an exception, not an abort.
+        current = cupy.cuda.runtime.getDevice
+        cupy.cuda.runtime.getDevice = lambda: NO_DEVICE
+        try:
+            with self.assertRaisesRegex(RuntimeError, "spool"):
+                spool.cupy.allocator(1 << 20)
+        finally:
+            cupy.cuda.runtime.getDevice = current
         self.assertEqual(spool.cupy.install(), spool.library_path())
         self.assertEqual(cupy.allocators, [spool.cupy.allocator])
 
@@ -137,7 +153,7 @@ class Adapters(unittest.TestCase):
     def test_numba_manager(self):
         from numba import cuda
         import spool.numba
-        context = types.SimpleNamespace(device=types.SimpleNamespace(id=0))
+        context = types.SimpleNamespace(device=types.SimpleNamespace(id=NO_DEVICE))
         m = spool.numba.SpoolNumbaManager(context=context)
         m.initialize()
         self.assertEqual(m.interface_version, 1)
@@ -148,7 +164,7 @@ class Adapters(unittest.TestCase):
         self.assertEqual(m.allocations, {})
         with self.assertRaisesRegex(NotImplementedError, "spool_pool_export"):
             m.get_ipc_handle(p)
-        with self.assertRaisesRegex(NotImplementedError, "no pool on device 0 yet"):
+        with self.assertRaisesRegex(NotImplementedError, f"no pool on device {NO_DEVICE} yet"):
             m.get_memory_info()
         self.assertEqual(spool.numba.install(), spool.library_path())
         self.assertEqual(cuda.managers, [spool.numba.SpoolNumbaManager])
