@@ -116,8 +116,7 @@ void spool__front_publish_bytes(spool_pool *p, spool__scache *c) {
   c->pub_bytes = c->c.bytes_in_use;
 }
 
-/* The buffer count's growth, at once, and its falls, every PUBLISH_EVERY operations: a fall
- * cannot move a peak. */
+/* The buffer count's share (see after_alloc and after_free for when). */
 void spool__front_publish_buffers(spool_pool *p, spool__scache *c) {
   spool__totals_add(p, 0, (int64_t)(c->c.buffers_in_use - c->pub_buffers));
   c->pub_buffers = c->c.buffers_in_use;

@@ -323,6 +323,34 @@ START_TEST(heap_peak_holds_across_streams) {
 }
 END_TEST
 
+/* The buffer count's peak across streams: within one buffer per other stream of what was ever
+ * live at once, and exact where one stream's buffers are all freed before another's come. */
+START_TEST(heap_buffer_peak_holds_across_streams) {
+  spool_pool *p = test_pool_with(NULL);
+  cudaStream_t s[6];
+  void *t[3];
+  for (int i = 0; i < 6; i++) s[i] = test_stream_create();
+  for (int k = 0; k < 3; k++) t[k] = test_alloc_on(p, 4 * KiB, s[0]);
+  for (int k = 0; k < 3; k++) CK_SPOOL(spool_free(p, t[k], s[0]));
+  t[0] = test_alloc_on(p, 4 * KiB, s[1]);
+  spool_stats st = test_stats(p);
+  ck_assert_uint_eq(st.buffers_in_use, 1);
+  ck_assert_uint_eq(st.buffers_in_use_peak, 3);
+  CK_SPOOL(spool_free(p, t[0], s[1]));
+  for (int round = 0; round < 20; round++)
+    for (int i = 0; i < 6; i++) {
+      for (int k = 0; k < 3; k++) t[k] = test_alloc_on(p, 4 * KiB, s[i]);
+      for (int k = 0; k < 3; k++) CK_SPOOL(spool_free(p, t[k], s[i]));
+    }
+  st = test_stats(p);
+  ck_assert_uint_eq(st.buffers_in_use, 0);
+  ck_assert_uint_ge(st.buffers_in_use_peak, 3);
+  ck_assert_uint_le(st.buffers_in_use_peak, 3 + 5);
+  test_pool_destroy(p);
+  for (int i = 0; i < 6; i++) test_stream_destroy(s[i]);
+}
+END_TEST
+
 /* The report and the JSON say what each stream holds idle. */
 START_TEST(heap_report_lists_streams) {
   spool_pool *p = test_pool_with(NULL);
@@ -503,6 +531,7 @@ static Suite *heap_suite(void) {
   tcase_add_test(tc, heap_large_free_reaches_another_stream_with_fence_bytes);
   tcase_add_test(tc, heap_large_front_block_returns_on_a_miss_of_another_size);
   tcase_add_test(tc, heap_peak_holds_across_streams);
+  tcase_add_test(tc, heap_buffer_peak_holds_across_streams);
   tcase_add_test(tc, heap_report_lists_streams);
   tcase_add_test(tc, heap_refusals_kept);
   tcase_add_test(tc, heap_random_operations_keep_every_invariant);
