@@ -219,9 +219,11 @@ static spool__block *coalesce(spool__heap *h, spool__block *b) {
 
 /* ---- allocation ------------------------------------------------------------------------- */
 
-/* Cuts need bytes off the front of the free range b (listed) and returns them as a used block;
- * a remainder under SPOOL__MIN_BLOCK stays with the block. NULL without host memory. */
-static spool__block *carve(spool__heap *h, spool__block *b, uint64_t need) {
+/* Cuts need bytes off the free range b (listed), from its start or, with top, its end, and
+ * returns them as a used block; a remainder under SPOOL__MIN_BLOCK stays with the block. A small
+ * block in a larger band's range goes at the top, out of the way of that band's blocks, which
+ * grow from the range's start. NULL without host memory. */
+static spool__block *carve(spool__heap *h, spool__block *b, uint64_t need, bool top) {
   if (b->bytes - need < SPOOL__MIN_BLOCK) {
     unlist(h, b);
     b->state = SPOOL__BLOCK_USED;
@@ -230,36 +232,18 @@ static spool__block *carve(spool__heap *h, spool__block *b, uint64_t need) {
   }
   spool__block *u = record_new(h);
   if (!u) return NULL;
-  block_init(u, b->addr, need, b->chunk, SPOOL__BLOCK_USED);
-  u->prev = b->prev;
-  u->next = b;
-  if (b->prev) b->prev->next = u;
+  block_init(u, top ? b->addr + b->bytes - need : b->addr, need, b->chunk, SPOOL__BLOCK_USED);
+  spool__block *before = top ? b : b->prev, *after = top ? b->next : b;
+  u->prev = before;
+  u->next = after;
+  if (before) before->next = u;
   else b->chunk->first = u;
-  b->prev = u;
+  if (after) after->prev = u;
   /* The remainder keeps its place in its owner's pending list (its tick is unchanged), and
    * moves to the bin of its new size. */
   spool__bins *x = bins_of(h, b);
   bin_remove(x, b);
-  b->addr += need;
-  b->bytes -= need;
-  bin_insert(x, b);
-  h->free_bytes -= need;
-  return u;
-}
-
-/* The same from the top of b: a small block in a larger band's range sits at its end, out of
- * the way of the blocks of that band, which grow from the range's start. */
-static spool__block *carve_top(spool__heap *h, spool__block *b, uint64_t need) {
-  if (b->bytes - need < SPOOL__MIN_BLOCK) return carve(h, b, need);
-  spool__block *u = record_new(h);
-  if (!u) return NULL;
-  block_init(u, b->addr + b->bytes - need, need, b->chunk, SPOOL__BLOCK_USED);
-  u->prev = b;
-  u->next = b->next;
-  if (b->next) b->next->prev = u;
-  b->next = u;
-  spool__bins *x = bins_of(h, b);
-  bin_remove(x, b);
+  if (!top) b->addr += need;
   b->bytes -= need;
   bin_insert(x, b);
   h->free_bytes -= need;
@@ -277,7 +261,7 @@ spool__block *spool__heap_fit(spool_pool *p, spool__pending *own, uint64_t need,
     if (!wide) break;
   }
   if (!b) return NULL;
-  spool__block *u = b->chunk->band == from ? carve(h, b, need) : carve_top(h, b, need);
+  spool__block *u = carve(h, b, need, b->chunk->band != from);
   if (u) h->allocs++;
   return u;
 }
@@ -291,7 +275,7 @@ spool__block *spool__heap_fit_leftover(spool_pool *p, spool__pending *own, uint6
     while (b->next) b = b->next;
     if (b->state == SPOOL__BLOCK_FREE && (!b->owner || b->owner == own) && b->bytes >= need &&
         b->bytes <= BAND_MAX[c->band - 1]) {
-      spool__block *u = carve_top(h, b, need);
+      spool__block *u = carve(h, b, need, true);
       if (u) h->allocs++;
       return u;
     }
@@ -352,7 +336,7 @@ spool__block *spool__heap_add_chunk(spool_pool *p, spool__pending *own, uintptr_
   b->owner = own;
   b->tick = ++own->tick;
   enlist(h, b);
-  spool__block *u = carve(h, b, need);
+  spool__block *u = carve(h, b, need, false);
   if (u) h->allocs++;
   return u;
 }
