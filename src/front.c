@@ -52,10 +52,10 @@ spool__scache *spool__front_find(spool_pool *p, cudaStream_t key, uint64_t threa
   return NULL;
 }
 
-/* The slot a new stream takes: the first empty one from the stream's own (slot_of), else the
- * next in a round robin. */
+/* The slot a new stream takes: the first empty one from its own (stream_slot), else the next
+ * in a round robin. */
 static unsigned free_slot(cudaStream_t key) {
-  unsigned i = slot_of(key);
+  unsigned i = stream_slot(key);
   for (unsigned n = 0; n < SPOOL__FRONT_SLOTS; n++, i = (i + 1) & (SPOOL__FRONT_SLOTS - 1))
     if (!spool__front_slots[i].cache) return i;
   return slot_next++ % SPOOL__FRONT_SLOTS;

@@ -7,7 +7,7 @@
 
 #define SPOOL__SEQ_BATCH 256     /* allocation numbers a front takes from the pool at a time */
 #define SPOOL__PUBLISH_EVERY 64  /* frees between publications of a front's totals */
-#define SPOOL__PUBLISH_SLACK ((uint64_t)1 << 20) /* a move of bytes beyond it is published at once */
+#define SPOOL__PUBLISH_SLACK ((uint64_t)1 << 20) /* a move of bytes beyond it: published */
 #define SPOOL__PUBLISH_SLACK_BUFFERS 1 /* and a fall of the buffer count beyond this */
 /* A front block the stream has not taken back within this many of its frees is not one it
  * repeats: the next miss puts it into the heap, where it can merge and serve any size. */
@@ -116,7 +116,7 @@ spool_status spool__front_of_slow(spool_pool *p, cudaStream_t key, spool__scache
 /* The slot a stream's front is looked for first (and put in, when free): a thread cycling over a
  * few streams (4 in a round robin, say) finds each at its first probe, and a full scan of the
  * slots, at worst, costs less than one miss that sends it to the pool's lock. */
-static inline unsigned slot_of(cudaStream_t key) {
+static inline unsigned stream_slot(cudaStream_t key) {
   return (unsigned)(((uintptr_t)key * UINT64_C(0x9E3779B97F4A7C15)) >> 61) &
          (SPOOL__FRONT_SLOTS - 1);
 }
@@ -125,7 +125,7 @@ static inline spool_status cache_of(spool_pool *p, cudaStream_t stream, spool__s
                                     const char *ctx) {
   cudaStream_t key = key_of(stream);
   uint64_t id = p->id;
-  unsigned i = slot_of(key);
+  unsigned i = stream_slot(key);
   for (unsigned n = 0; n < SPOOL__FRONT_SLOTS; n++, i = (i + 1) & (SPOOL__FRONT_SLOTS - 1)) {
     const spool__front_slot *slot = &spool__front_slots[i];
     if (slot->stream == key && slot->pool == id) {
@@ -175,11 +175,11 @@ static inline void after_free(spool_pool *p, spool__scache *c) {
  * (BRIEF_FIT_CLASSES), and its front may keep, beyond front_limit, up to the stream's own peak
  * of bytes in use (since the peaks were last reset): a stream of ever-changing sizes with one
  * or two buffers live then keeps about one block of its largest size and hits on every size
- * below it, where it would miss into the heap on most pairs. A stream that holds buffers long keeps to front_limit and to blocks
- * within FIT_CLASSES of the size: a long-held small buffer would pin a large block. A new front
- * counts as brief until its frees show otherwise (few live at once bounds what that can pin).
- * front_brief=off, or front_limit=0 (a front of at most one block), turns it off. Under c's
- * lock. */
+ * below it, where it would miss into the heap on most pairs. A stream that holds buffers long
+ * keeps to front_limit and to blocks within FIT_CLASSES of the size: a long-held small buffer
+ * would pin a large block. A new front counts as brief until its frees show otherwise (few live
+ * at once bounds what that can pin). front_brief=off, or front_limit=0 (a front of at most one
+ * block), turns it off. Under c's lock. */
 static inline bool brief(const spool_pool *p, const spool__scache *c) {
   return c->life16 < SPOOL__BRIEF_LIFE * 16 && c->c.buffers_in_use <= SPOOL__BRIEF_LIVE &&
          p->cfg.front_brief && p->cfg.front_limit;
