@@ -71,7 +71,6 @@ spool_status spool__front_of_slow(spool_pool *p, cudaStream_t key, spool__scache
   if (!c && (c = spool__zalloc_aligned(sizeof *c)) != NULL) {
     c->stream = key;
     c->thread = thread;
-    c->life16 = 0; /* not brief until one of its frees is */
     c->may_own = p->cfg.cache_owner && spool__barrier_available();
     if (c->may_own) atomic_store_explicit(&c->owner, spool__thread_id(), memory_order_relaxed);
     c->next = p->caches;

@@ -431,7 +431,8 @@ typedef struct spool__scache {
   uint64_t spilled_at;     /* tick at the last look for stale front blocks */
   unsigned last_cls;       /* the size class of the stream's last allocation */
   /* 16 times the mean number of allocations on the stream during a buffer's life (a moving
-   * mean over its frees, each counted up to 255): what front.h's brief() judges */
+   * mean over its frees, each counted up to 255): what front.h's brief() judges; 0 in a new
+   * front, which counts as brief until its frees show otherwise */
   uint32_t life16;
   /* poison=on: freed blocks kept out of reuse, oldest first (a ring), so that a stale read
    * meets the poison rather than the next owner's data */
