@@ -119,7 +119,6 @@ void spool__front_publish_bytes(spool_pool *p, spool__scache *c) {
 void spool__front_publish_buffers(spool_pool *p, spool__scache *c) {
   spool__totals_add(p, 0, (int64_t)(c->c.buffers_in_use - c->pub_buffers));
   c->pub_buffers = c->c.buffers_in_use;
-  c->ops = 0;
 }
 
 void spool__front_publish(spool_pool *p, spool__scache *c) {

@@ -6,7 +6,6 @@
 #include "internal.h"
 
 #define SPOOL__SEQ_BATCH 256     /* allocation numbers a front takes from the pool at a time */
-#define SPOOL__PUBLISH_EVERY 64  /* frees between publications of a front's totals */
 #define SPOOL__PUBLISH_SLACK ((uint64_t)1 << 20) /* a move of bytes beyond it: published */
 #define SPOOL__PUBLISH_SLACK_BUFFERS 1 /* and a fall of the buffer count beyond this */
 /* A front block the stream has not taken back within this many of its frees is not one it
@@ -146,14 +145,14 @@ void spool__front_publish_buffers(spool_pool *p, spool__scache *c);
 
 /* A move of the stream's bytes in use of more than PUBLISH_SLACK either way from its published
  * share goes out at once, a smaller one never by itself; so does a growth of its buffer count,
- * and a fall of more than PUBLISH_SLACK_BUFFERS (a smaller one every PUBLISH_EVERY frees). So
- * the pool-wide totals are each stream's use within 1 MiB and one buffer, the pool-wide peaks
- * are exact within that per other stream, and the stream's own high (c->high, kept exact by
- * make_live, the one place its use grows) is a floor for it: one stream's peak is exact. A
- * stream whose use moves within 1 MiB and one buffer (one buffer live at a time) publishes
- * nothing but its buffer count now and then, so threads on their own streams share no written
- * line; one that moves by more (a 64 MiB pair) publishes its bytes only, one atomic per
- * operation. After an allocation, the rise: */
+ * and a fall of more than PUBLISH_SLACK_BUFFERS, never a smaller one (a stats read publishes
+ * everything). So the pool-wide totals are each stream's use within 1 MiB and one buffer, the
+ * pool-wide peaks are exact within that per other stream, and the stream's own high (c->high,
+ * kept exact by make_live, the one place its use grows) is a floor for it: one stream's peak
+ * is exact. A stream whose use moves within 1 MiB and one buffer (one buffer live at a time)
+ * publishes nothing after its first allocation, so threads on their own streams share no
+ * written line; one that moves by more (a 64 MiB pair) publishes its bytes only, one atomic
+ * per operation. After an allocation, the rise: */
 static inline void after_alloc(spool_pool *p, spool__scache *c) {
   if (c->c.bytes_in_use > c->pub_bytes + SPOOL__PUBLISH_SLACK) spool__front_publish_bytes(p, c);
   if (c->c.buffers_in_use > c->pub_buffers) spool__front_publish_buffers(p, c);
@@ -163,8 +162,7 @@ static inline void after_alloc(spool_pool *p, spool__scache *c) {
  * another front. */
 static inline void after_free(spool_pool *p, spool__scache *c) {
   if (c->pub_bytes > c->c.bytes_in_use + SPOOL__PUBLISH_SLACK) spool__front_publish_bytes(p, c);
-  uint64_t n = c->c.buffers_in_use, pub = c->pub_buffers;
-  if (pub > n + SPOOL__PUBLISH_SLACK_BUFFERS || (++c->ops >= SPOOL__PUBLISH_EVERY && n != pub))
+  if (c->pub_buffers > c->c.buffers_in_use + SPOOL__PUBLISH_SLACK_BUFFERS)
     spool__front_publish_buffers(p, c);
 }
 

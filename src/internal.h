@@ -425,7 +425,6 @@ typedef struct spool__scache {
   uint64_t seq_next, seq_end; /* allocation numbers taken from the pool in batches */
   uint64_t pub_bytes, pub_buffers; /* what the pool's totals hold of this stream */
   uint64_t high;           /* bytes in use at their highest since the peaks were reset */
-  uint32_t ops;            /* operations since the last publication */
   uint64_t tick;           /* blocks put in the front so far */
   uint32_t front_blocks;   /* blocks in the front bins */
   uint64_t spilled_at;     /* tick at the last look for stale front blocks */

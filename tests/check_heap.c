@@ -351,6 +351,34 @@ START_TEST(heap_buffer_peak_holds_across_streams) {
 }
 END_TEST
 
+#ifdef SPOOL_TEST_SIM
+/* Streams that each hold one small buffer at a time write nothing pool-wide after their first
+ * allocation (threads on their own streams then share no written line), and the peak still
+ * holds: within one buffer per other stream. */
+static uint64_t published_buffers(spool_pool *p) { return atomic_load(&p->total_buffers); }
+
+START_TEST(sim_one_buffer_streams_publish_nothing_after_their_first) {
+  spool_pool *p = test_pool_with(NULL);
+  cudaStream_t s[2] = {test_stream_create(), test_stream_create()};
+  for (int i = 0; i < 2; i++) CK_SPOOL(spool_free(p, test_alloc_on(p, 4 * KiB, s[i]), s[i]));
+  uint64_t published = published_buffers(p);
+  for (int pair = 0; pair < 300; pair++)
+    for (int i = 0; i < 2; i++) {
+      void *v = test_alloc_on(p, (size_t)(4 + pair % 5) * KiB, s[i]);
+      ck_assert_uint_eq(published_buffers(p), published);
+      CK_SPOOL(spool_free(p, v, s[i]));
+      ck_assert_uint_eq(published_buffers(p), published);
+    }
+  spool_stats st = test_stats(p);
+  ck_assert_uint_eq(st.buffers_in_use, 0);
+  ck_assert_uint_ge(st.buffers_in_use_peak, 1);
+  ck_assert_uint_le(st.buffers_in_use_peak, 2);
+  test_pool_destroy(p);
+  for (int i = 0; i < 2; i++) test_stream_destroy(s[i]);
+}
+END_TEST
+#endif
+
 /* The report and the JSON say what each stream holds idle. */
 START_TEST(heap_report_lists_streams) {
   spool_pool *p = test_pool_with(NULL);
@@ -542,6 +570,7 @@ static Suite *heap_suite(void) {
   tcase_add_test(tc, sim_small_request_at_the_limit_takes_a_larger_bands_free_range);
   tcase_add_test(tc, sim_request_that_fits_max_size_succeeds);
   tcase_add_test(tc, sim_retry_after_handler_sees_what_it_freed);
+  tcase_add_test(tc, sim_one_buffer_streams_publish_nothing_after_their_first);
   tcase_add_test(tc, sim_oom_message_names_idle_bytes_and_largest_block);
   tcase_add_test(tc, sim_fences_use_the_driver_and_leave_the_last_error_alone);
   suite_add_tcase(s, tc);
