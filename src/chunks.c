@@ -189,6 +189,7 @@ static void absorb_next(spool__heap *h, spool__block *b, spool__block *n) {
   b->bytes += n->bytes;
   b->next = n->next;
   if (n->next) n->next->prev = b;
+  else b->chunk->last = b;
   record_drop(h, n);
 }
 
@@ -239,6 +240,7 @@ static spool__block *carve(spool__heap *h, spool__block *b, uint64_t need, bool 
   if (before) before->next = u;
   else b->chunk->first = u;
   if (after) after->prev = u;
+  else b->chunk->last = u;
   /* The remainder keeps its place in its owner's pending list (its tick is unchanged), and
    * moves to the bin of its new size. */
   spool__bins *x = bins_of(h, b);
@@ -271,8 +273,7 @@ spool__block *spool__heap_fit_leftover(spool_pool *p, spool__pending *own, uint6
   unsigned band = spool__band_of(need);
   for (spool__chunk *c = h->chunks; c; c = c->next) {
     if (c->creator != own || c->band <= band) continue;
-    spool__block *b = c->first;
-    while (b->next) b = b->next;
+    spool__block *b = c->last;
     if (b->state == SPOOL__BLOCK_FREE && (!b->owner || b->owner == own) && b->bytes >= need &&
         b->bytes <= BAND_MAX[c->band - 1]) {
       spool__block *u = carve(h, b, need, true);
@@ -323,7 +324,8 @@ spool__block *spool__heap_add_chunk(spool_pool *p, spool__pending *own, uintptr_
     return NULL;
   }
   *c = (spool__chunk){.addr = addr, .bytes = bytes, .band = (uint8_t)spool__band_of(need),
-                      .first = b, .next = h->chunks, .malloced = malloced, .creator = own,
+                      .first = b, .last = b, .next = h->chunks, .malloced = malloced,
+                      .creator = own,
                       .nvtx = malloced ? spool__nvtx_heap(p, addr, bytes) : NULL};
   if (h->chunks) h->chunks->prev = c;
   h->chunks = c;
@@ -590,6 +592,10 @@ static bool check_chunk(const spool__chunk *c, uint64_t *free_bytes, char *why, 
     }
     if (b->state == SPOOL__BLOCK_FREE) *free_bytes += b->bytes;
     at += b->bytes;
+  }
+  if (prev != c->last) {
+    snprintf(why, len, "chunk %p: its last block is not the last in the walk", (void *)c->addr);
+    return false;
   }
   if (at != c->addr + c->bytes) {
     snprintf(why, len, "chunk %p: blocks cover %llu of %llu bytes", (void *)c->addr,

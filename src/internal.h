@@ -279,7 +279,7 @@ typedef struct spool__chunk {
   uintptr_t addr;
   uint64_t bytes;
   uint64_t empty_since; /* the heap's allocation count when it last became all free */
-  spool__block *first;
+  spool__block *first, *last; /* its blocks in address order, from both ends */
   struct spool__chunk *prev, *next;
   void *nvtx;  /* its heap for memory tools (nvtx.c), NULL when none is attached */
   uint8_t band;
