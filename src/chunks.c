@@ -169,11 +169,36 @@ static void pending_remove(spool__pending *o, spool__block *b) {
   b->pprev = b->pnext = NULL;
 }
 
+/* Whether the block b is its chunk's only one. */
+static bool whole(const spool__block *b) { return !b->prev && !b->next; }
+
+static void empty_remove(spool__heap *h, spool__chunk *c) {
+  if (!c->empty) return;
+  if (c->eprev) c->eprev->enext = c->enext;
+  else h->empty_head = c->enext;
+  if (c->enext) c->enext->eprev = c->eprev;
+  else h->empty_tail = c->eprev;
+  c->eprev = c->enext = NULL;
+  c->empty = false;
+}
+
+/* The chunk c became one free range just now (again, when its range was published). */
+static void empty_append(spool__heap *h, spool__chunk *c) {
+  empty_remove(h, c);
+  c->empty_since = h->allocs;
+  c->eprev = h->empty_tail;
+  if (h->empty_tail) h->empty_tail->enext = c;
+  else h->empty_head = c;
+  h->empty_tail = c;
+  c->empty = true;
+}
+
 /* Takes the free range b out of its index. */
 static void unlist(spool__heap *h, spool__block *b) {
   bin_remove(bins_of(h, b), b);
   if (b->owner) pending_remove(b->owner, b);
   h->free_bytes -= b->bytes;
+  if (whole(b)) empty_remove(h, b->chunk);
 }
 
 /* Puts the free range b into the index its owner says. */
@@ -181,7 +206,7 @@ static void enlist(spool__heap *h, spool__block *b) {
   bin_insert(bins_of(h, b), b);
   if (b->owner) pending_append(b->owner, b);
   h->free_bytes += b->bytes;
-  if (!b->prev && !b->next) b->chunk->empty_since = h->allocs;
+  if (whole(b)) empty_append(h, b->chunk);
 }
 
 /* Merges the free neighbour n into b (n follows b in the chunk); n's record goes. */
@@ -225,6 +250,7 @@ static spool__block *coalesce(spool__heap *h, spool__block *b) {
  * block in a larger band's range goes at the top, out of the way of that band's blocks, which
  * grow from the range's start. NULL without host memory. */
 static spool__block *carve(spool__heap *h, spool__block *b, uint64_t need, bool top) {
+  if (whole(b)) empty_remove(h, b->chunk); /* the chunk is used from here */
   if (b->bytes - need < SPOOL__MIN_BLOCK) {
     unlist(h, b);
     b->state = SPOOL__BLOCK_USED;
@@ -420,15 +446,10 @@ void spool__heap_publish_own(spool_pool *p, spool__pending *own) {
 
 /* ---- giving chunks back ----------------------------------------------------------------- */
 
-/* The chunk's one free range when the whole chunk is free, else NULL. */
-static spool__block *empty_range(const spool__chunk *c) {
-  spool__block *b = c->first;
-  return b->state == SPOOL__BLOCK_FREE && !b->next ? b : NULL;
-}
-
 static void chunk_drop(spool_pool *p, spool__chunk *c) {
   spool__heap *h = &p->heap;
   spool__nvtx_heap_drop(p, c->nvtx);
+  empty_remove(h, c);
   if (c->prev) c->prev->next = c->next;
   else h->chunks = c->next;
   if (c->next) c->next->prev = c->prev;
@@ -449,10 +470,11 @@ spool_status spool__heap_free_empty(spool_pool *p, spool__pending *own, cudaStre
                                     uint64_t idle, const char *ctx) {
   spool__heap *h = &p->heap;
   spool__chunk *next;
-  for (spool__chunk *c = h->chunks; c; c = next) {
-    next = c->next;
-    spool__block *b = empty_range(c);
-    if (!b || (b->owner && b->owner != own) || h->allocs - c->empty_since < idle) continue;
+  for (spool__chunk *c = h->empty_head; c; c = next) {
+    next = c->enext;
+    if (h->allocs - c->empty_since < idle) break; /* the rest became empty later still */
+    spool__block *b = c->first;
+    if (b->owner && b->owner != own) continue;
     /* A cudaMalloc chunk waits for trim or destroy: its cudaFree would stall every stream. */
     if (c->malloced && idle) continue;
     const char *api;
@@ -612,15 +634,40 @@ static uint64_t bins_bytes(const spool__bins *x) {
   return n;
 }
 
+/* The list of empty chunks holds exactly the chunks that are one free range (empty of the
+ * walk), each marked, in the order they became so. */
+static bool check_empty_list(const spool__heap *h, uint64_t empty, char *why, size_t len) {
+  uint64_t n = 0;
+  const spool__chunk *prev = NULL;
+  for (const spool__chunk *c = h->empty_head; c; prev = c, c = c->enext, n++) {
+    const char *bad = NULL;
+    if (!c->empty || c->eprev != prev) bad = "a broken link";
+    else if (!whole(c->first) || c->first->state != SPOOL__BLOCK_FREE) bad = "a used chunk";
+    else if (prev && prev->empty_since > c->empty_since) bad = "out of order";
+    if (bad) {
+      snprintf(why, len, "empty chunk list: chunk %p: %s", (void *)c->addr, bad);
+      return false;
+    }
+  }
+  if (prev != h->empty_tail || n != empty) {
+    snprintf(why, len, "empty chunk list: %llu listed, %llu chunks are one free range",
+             (unsigned long long)n, (unsigned long long)empty);
+    return false;
+  }
+  return true;
+}
+
 bool spool__heap_check(spool_pool *p, char *why, size_t len) {
   pthread_mutex_lock(&p->lock);
   const spool__heap *h = &p->heap;
-  uint64_t free_bytes = 0, chunk_bytes = 0, listed = 0;
+  uint64_t free_bytes = 0, chunk_bytes = 0, listed = 0, empty = 0;
   bool ok = true;
   for (const spool__chunk *c = h->chunks; c && ok; c = c->next) {
     chunk_bytes += c->bytes;
     ok = check_chunk(c, &free_bytes, why, len);
+    empty += whole(c->first) && c->first->state == SPOOL__BLOCK_FREE;
   }
+  if (ok) ok = check_empty_list(h, empty, why, len);
   for (unsigned b = 0; b < SPOOL__BANDS; b++) listed += bins_bytes(&h->shared[b]);
   for (const spool__scache *c = p->caches; c; c = c->next)
     for (unsigned b = 0; b < SPOOL__BANDS; b++) listed += bins_bytes(&c->pend.bins[b]);

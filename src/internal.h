@@ -281,6 +281,8 @@ typedef struct spool__chunk {
   uint64_t empty_since; /* the heap's allocation count when it last became all free */
   spool__block *first, *last; /* its blocks in address order, from both ends */
   struct spool__chunk *prev, *next;
+  struct spool__chunk *eprev, *enext; /* the heap's list of empty chunks, while it is one */
+  bool empty;  /* one free range: in that list */
   void *nvtx;  /* its heap for memory tools (nvtx.c), NULL when none is attached */
   uint8_t band;
   bool malloced; /* cudaMalloc memory (spool__chunk_get), not the pool's */
@@ -310,6 +312,9 @@ typedef struct spool__pending {
 typedef struct spool__heap {
   spool__bins shared[SPOOL__BANDS];
   spool__chunk *chunks;
+  /* The chunks that are one free range, in the order they became so: their empty_since rises
+   * along the list, so the look for idle chunks reads the oldest only, not every chunk. */
+  spool__chunk *empty_head, *empty_tail;
   spool__block *spare;  /* unused records */
   void *slabs;
   uint64_t allocs;      /* blocks carved so far: the clock idle chunks are judged by */
