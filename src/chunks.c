@@ -129,19 +129,21 @@ static unsigned next_class(const spool__bins *x, unsigned c) {
   return SPOOL__CLASSES;
 }
 
-/* A block of at least need bytes within 1/8 of the smallest that fits, or NULL: the first in
- * need's own class that holds need (a class spans sizes on both sides of need, at most 1/8 of
- * its size), else the head of the first non-empty class above, where every block fits. The
- * head is the range freed last, whose record is likely still in the CPU's cache: a walk of a
- * list for the very smallest touched a record per range, a cache miss each on a real host,
- * for no less memory on spool_bench's sequences (cudasim: churn 1.11 -> 1.10, the others the
- * same). */
+/* The smallest block of at least need bytes, or NULL. Blocks in classes above need's all fit;
+ * need's own class holds sizes on both sides of it and is searched (a short walk: one class is
+ * at most 1/8 wide). */
 static spool__block *bins_fit(const spool__bins *x, uint64_t need) {
   unsigned c = spool__class_of(need);
+  spool__block *best = NULL;
   for (spool__block *b = x->head[c]; b; b = b->fnext)
-    if (b->bytes >= need) return b;
+    if (b->bytes >= need && (!best || b->bytes < best->bytes)) best = b;
+  if (best) return best;
   unsigned k = next_class(x, c + 1);
-  return k == SPOOL__CLASSES ? NULL : x->head[k];
+  if (k == SPOOL__CLASSES) return NULL;
+  for (spool__block *b = x->head[k]; b; b = b->fnext)
+    if (!best || b->bytes < best->bytes || (b->bytes == best->bytes && b->addr < best->addr))
+      best = b;
+  return best;
 }
 
 /* ---- which index a free range is in ----------------------------------------------------- */
