@@ -466,17 +466,37 @@ static void unregister_heap(spool_pool *p, spool__chunk *c) {
   c->nvtx = NULL;
 }
 
+/* Whether the empty chunk c may go back: empty for idle heap allocations, not pending on
+ * another stream, and with idle not a cudaMalloc chunk, whose cudaFree would stall every stream
+ * (it waits for trim or destroy). */
+static bool may_go(const spool__heap *h, const spool__chunk *c, const spool__pending *own,
+                   uint64_t idle) {
+  const spool__block *b = c->first;
+  return h->allocs - c->empty_since >= idle && (!b->owner || b->owner == own) &&
+         !(c->malloced && idle);
+}
+
+/* Whether any chunk may go back. The empty list is oldest first: the look ends at the first
+ * that has not been empty for idle, so that on most calls it reads one chunk. */
+static bool any_may_go(const spool__heap *h, const spool__pending *own, uint64_t idle) {
+  for (const spool__chunk *c = h->empty_head; c && h->allocs - c->empty_since >= idle;
+       c = c->enext)
+    if (may_go(h, c, own, idle)) return true;
+  return false;
+}
+
 spool_status spool__heap_free_empty(spool_pool *p, spool__pending *own, cudaStream_t stream,
                                     uint64_t idle, const char *ctx) {
   spool__heap *h = &p->heap;
+  if (!any_may_go(h, own, idle)) return SPOOL_OK;
+  /* They go in the heap's chunk order, newest first, as the GPU measurements of the pool's
+   * reserved memory were taken: the order of cudaFreeAsync calls decides where the pool puts
+   * later chunks, so it is kept. */
   spool__chunk *next;
-  for (spool__chunk *c = h->empty_head; c; c = next) {
-    next = c->enext;
-    if (h->allocs - c->empty_since < idle) break; /* the rest became empty later still */
+  for (spool__chunk *c = h->chunks; c; c = next) {
+    next = c->next;
+    if (!c->empty || !may_go(h, c, own, idle)) continue;
     spool__block *b = c->first;
-    if (b->owner && b->owner != own) continue;
-    /* A cudaMalloc chunk waits for trim or destroy: its cudaFree would stall every stream. */
-    if (c->malloced && idle) continue;
     const char *api;
     unregister_heap(p, c);
     cudaError_t err = spool__chunk_put(c->addr, c->malloced, stream, &api);
