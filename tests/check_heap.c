@@ -116,6 +116,29 @@ START_TEST(heap_idle_chunk_goes_back) {
 }
 END_TEST
 
+/* An idle chunk still pending on another stream (no fence of that stream has passed) stays,
+ * and holds nothing back: a chunk that became idle after it, the stream's own, goes back. */
+START_TEST(heap_idle_chunk_pending_elsewhere_stays_and_holds_nothing_back) {
+  spool_pool *p = test_pool_with("chunk_idle=16, front_limit=0, fence_every=65536");
+  cudaStream_t s1 = test_stream_create(), s2 = test_stream_create();
+  void *a = test_alloc_on(p, 3 * MiB, s1), *b = test_alloc_on(p, 3 * MiB, s2);
+  CK_SPOOL(spool_free(p, a, s1));
+  void *x = test_alloc_on(p, 8 * KiB, s1); /* a miss of another size: a goes into the heap */
+  CK_SPOOL(spool_free(p, b, s2));
+  for (int i = 0; i < 300; i++) /* misses on s2, in the small band: b goes in, then the looks */
+    CK_SPOOL(spool_free(p, test_alloc_on(p, (size_t)(4 + i % 3 * 60) * KiB, s2), s2));
+  spool_stats st = test_stats(p);
+  ck_assert_uint_eq(st.chunk_allocs, 4); /* a's and b's 32 MiB, a small one each */
+  ck_assert_uint_eq(st.chunk_frees, 1);  /* b's */
+  ck_assert_uint_eq(st.bytes_heap, 32 * MiB + 2 * 2 * MiB);
+  heap_ok(p);
+  CK_SPOOL(spool_free(p, x, s1));
+  test_pool_destroy(p);
+  test_stream_destroy(s1);
+  test_stream_destroy(s2);
+}
+END_TEST
+
 /* The end of a test on two streams: the heap checked, b freed on s2 and x on s1, all gone. */
 static void end_two_streams(spool_pool *p, cudaStream_t s1, void *b, cudaStream_t s2, void *x) {
   heap_ok(p);
@@ -555,6 +578,7 @@ static Suite *heap_suite(void) {
   tcase_add_test(tc, heap_middle_free_joins_both_neighbours);
   tcase_add_test(tc, heap_bands_keep_small_blocks_out_of_large_chunks);
   tcase_add_test(tc, heap_idle_chunk_goes_back);
+  tcase_add_test(tc, heap_idle_chunk_pending_elsewhere_stays_and_holds_nothing_back);
   tcase_add_test(tc, heap_trim_returns_free_chunks_and_keeps_used_ones);
   tcase_add_test(tc, heap_large_free_reaches_another_stream_with_fence_bytes);
   tcase_add_test(tc, heap_large_front_block_returns_on_a_miss_of_another_size);
