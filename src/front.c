@@ -177,7 +177,7 @@ uint32_t spool__front_spill(spool_pool *p, spool__scache *c, uint64_t age, bool 
       const spool__bin *bin = &c->bins[cls];
       uint32_t old = 0;
       while (old < bin->count &&
-             (age == 0 || ((const spool__buffer *)bin->items[old])->tick < keep_from))
+             (age == 0 || ((const spool__buffer *)bin->items[old])->freed_at < keep_from))
         old++;
       if (old) spill_head(p, c, cls, old);
       spilled += old;

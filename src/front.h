@@ -189,12 +189,12 @@ static inline uint64_t front_bound(const spool_pool *p, const spool__scache *c) 
   return brief(p, c) ? p->cfg.front_limit + c->high : p->cfg.front_limit;
 }
 
-/* Under c's lock: the live buffer b is being freed; its life (b->tick holds the stream's
+/* Under c's lock: the live buffer b is being freed; its life (since born_at, the stream's
  * allocation count when it was handed out) moves the stream's mean by 1/16. A buffer handed
  * over from another stream's front counts its life on that stream's clock: at worst one
  * sample off, and wrapped differences count as the cap. */
 static inline void count_life(spool__scache *c, const spool__buffer *b) {
-  uint64_t life = c->c.allocs - b->tick;
+  uint64_t life = c->c.allocs - b->born_at;
   if (life > SPOOL__LIFE_CAP) life = SPOOL__LIFE_CAP;
   c->life16 = c->life16 - (c->life16 >> 4) + (uint32_t)life;
 }

@@ -176,7 +176,7 @@ static inline void make_live(spool_pool *p, spool__scache *c, spool__buffer *b, 
   b->born_ns = p->cfg.track == SPOOL_TRACK_FULL ? spool__now_ns() : 0;
   if (spool__nvtx_on(p)) spool__nvtx_region_slow(b->blk->chunk->nvtx, b->ptr, size);
   c->c.allocs++;
-  b->tick = c->c.allocs; /* its life is counted from here (count_life) */
+  b->born_at = c->c.allocs; /* its life is counted from here (count_life) */
   c->c.bytes_allocated += size;
   c->c.bytes_in_use += size;
   c->c.buffers_in_use++;
@@ -506,7 +506,7 @@ static SPOOL__INLINE bool to_bin(spool_pool *p, spool__scache *c, spool__buffer 
   if (!bin_push(c, b->cls, b)) return false;
   b->state = SPOOL__CACHED;
   b->died = *site;
-  b->tick = ++c->tick;
+  b->freed_at = ++c->tick;
   c->c.bytes_cached += b->bytes;
   count_free(p, c, b);
   return true;
@@ -551,7 +551,7 @@ static void quarantine_in(spool_pool *p, spool__scache *c, spool__buffer *b, cud
   }
   b->state = SPOOL__CACHED;
   b->died = *site;
-  b->tick = ++c->tick;
+  b->freed_at = ++c->tick;
   c->quar[(c->quar_head + c->quar_count++) % c->quar_cap] = b->ptr;
   c->quar_bytes += b->bytes;
   count_free(p, c, b);
@@ -612,7 +612,7 @@ static SPOOL__NOINLINE spool_status free_live_slow(spool_pool *p, spool__scache 
 static SPOOL__INLINE spool_status free_live(spool_pool *p, spool__scache *c, spool__buffer *b,
                                      cudaStream_t stream, const spool__site *site,
                                      bool capturing, held h, bool pool_locked) {
-  count_life(c, b); /* before b->tick means anything else */
+  count_life(c, b); /* before freed_at takes born_at's place */
   if (!capturing && !p->cfg.poison && front_admits(p, c, b) && to_bin(p, c, b, site)) {
     leave(c, h);
     return SPOOL_OK;

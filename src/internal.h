@@ -98,9 +98,10 @@ typedef struct spool__buffer {
   spool__site died;     /* where it was freed (graveyard records, track=full) */
   uint64_t born_ns;     /* CLOCK_MONOTONIC at allocation (track=full), for the age */
   uint64_t bytes;       /* heap buffers: the block's size */
-  uint64_t tick;        /* heap buffers: live, the stream's allocation count when it was
-                           handed out; in a front bin, the front's free count when it went
-                           there */
+  union {               /* heap buffers, by state: */
+    uint64_t born_at;   /* live: the stream's allocation count when it was handed out */
+    uint64_t freed_at;  /* in a front bin: the front's free count when it went there */
+  };
   uint16_t cls;         /* heap buffers: the size class of size, its front bin once freed */
   uint8_t state;        /* heap buffers: SPOOL__LIVE, or SPOOL__CACHED in a front bin */
   uint8_t graph;        /* allocated during a stream capture: a graph allocation, which
