@@ -172,6 +172,11 @@ static void pending_remove(spool__pending *o, spool__block *b) {
 /* Whether the block b is its chunk's only one. */
 static bool whole(const spool__block *b) { return !b->prev && !b->next; }
 
+/* Whether the chunk c is one free range: what the list of empty chunks holds. */
+static bool one_free_range(const spool__chunk *c) {
+  return whole(c->first) && c->first->state == SPOOL__BLOCK_FREE;
+}
+
 static void empty_remove(spool__heap *h, spool__chunk *c) {
   if (!c->empty) return;
   if (c->eprev) c->eprev->enext = c->enext;
@@ -182,9 +187,9 @@ static void empty_remove(spool__heap *h, spool__chunk *c) {
   c->empty = false;
 }
 
-/* The chunk c became one free range just now (again, when its range was published). */
+/* The chunk c became one free range just now (again, when its range was published: unlist
+ * took it off the list first). */
 static void empty_append(spool__heap *h, spool__chunk *c) {
-  empty_remove(h, c);
   c->empty_since = h->allocs;
   c->eprev = h->empty_tail;
   if (h->empty_tail) h->empty_tail->enext = c;
@@ -250,7 +255,6 @@ static spool__block *coalesce(spool__heap *h, spool__block *b) {
  * block in a larger band's range goes at the top, out of the way of that band's blocks, which
  * grow from the range's start. NULL without host memory. */
 static spool__block *carve(spool__heap *h, spool__block *b, uint64_t need, bool top) {
-  if (whole(b)) empty_remove(h, b->chunk); /* the chunk is used from here */
   if (b->bytes - need < SPOOL__MIN_BLOCK) {
     unlist(h, b);
     b->state = SPOOL__BLOCK_USED;
@@ -258,7 +262,8 @@ static spool__block *carve(spool__heap *h, spool__block *b, uint64_t need, bool 
     return b;
   }
   spool__block *u = record_new(h);
-  if (!u) return NULL;
+  if (!u) return NULL; /* the range, and its chunk's place among the empty ones, as they were */
+  if (whole(b)) empty_remove(h, b->chunk); /* the chunk is used from here */
   block_init(u, top ? b->addr + b->bytes - need : b->addr, need, b->chunk, SPOOL__BLOCK_USED);
   spool__block *before = top ? b : b->prev, *after = top ? b->next : b;
   u->prev = before;
@@ -662,7 +667,7 @@ static bool check_empty_list(const spool__heap *h, uint64_t empty, char *why, si
   for (const spool__chunk *c = h->empty_head; c; prev = c, c = c->enext, n++) {
     const char *bad = NULL;
     if (!c->empty || c->eprev != prev) bad = "a broken link";
-    else if (!whole(c->first) || c->first->state != SPOOL__BLOCK_FREE) bad = "a used chunk";
+    else if (!one_free_range(c)) bad = "a used chunk";
     else if (prev && prev->empty_since > c->empty_since) bad = "out of order";
     if (bad) {
       snprintf(why, len, "empty chunk list: chunk %p: %s", (void *)c->addr, bad);
@@ -685,7 +690,7 @@ bool spool__heap_check(spool_pool *p, char *why, size_t len) {
   for (const spool__chunk *c = h->chunks; c && ok; c = c->next) {
     chunk_bytes += c->bytes;
     ok = check_chunk(c, &free_bytes, why, len);
-    empty += whole(c->first) && c->first->state == SPOOL__BLOCK_FREE;
+    empty += one_free_range(c);
   }
   if (ok) ok = check_empty_list(h, empty, why, len);
   for (unsigned b = 0; b < SPOOL__BANDS; b++) listed += bins_bytes(&h->shared[b]);
