@@ -63,7 +63,7 @@ typedef struct slab {
 
 static spool__block *record_new(spool__heap *h) {
   if (!h->spare) {
-    slab *s = calloc(1, sizeof *s);
+    slab *s = spool__zalloc_aligned(sizeof *s); /* its records are line-aligned */
     if (!s) return NULL;
     s->next = h->slabs;
     h->slabs = s;
@@ -80,8 +80,9 @@ static spool__block *record_new(spool__heap *h) {
 /* The heap's fields of a record; links and owner empty. The buffer's record inside it is the
  * front's (heap.c), written when the block is handed out: not zeroed here. */
 static void block_init(spool__block *b, uintptr_t addr, uint64_t bytes, spool__chunk *c,
-                       uint8_t state) {
+                       uint8_t band, uint8_t state) {
   b->addr = addr;
+  b->band = band; /* c's, passed in: a carve need not read the chunk */
   b->bytes = bytes;
   b->prev = b->next = b->fprev = b->fnext = b->pprev = b->pnext = NULL;
   b->chunk = c;
@@ -149,7 +150,7 @@ static spool__block *bins_fit(const spool__bins *x, uint64_t need) {
 /* ---- which index a free range is in ----------------------------------------------------- */
 
 static spool__bins *bins_of(spool__heap *h, spool__block *b) {
-  unsigned band = b->chunk->band;
+  unsigned band = b->band;
   return b->owner ? &b->owner->bins[band] : &h->shared[band];
 }
 
@@ -264,7 +265,8 @@ static spool__block *carve(spool__heap *h, spool__block *b, uint64_t need, bool 
   spool__block *u = record_new(h);
   if (!u) return NULL; /* the range, and its chunk's place among the empty ones, as they were */
   if (whole(b)) empty_remove(h, b->chunk); /* the chunk is used from here */
-  block_init(u, top ? b->addr + b->bytes - need : b->addr, need, b->chunk, SPOOL__BLOCK_USED);
+  block_init(u, top ? b->addr + b->bytes - need : b->addr, need, b->chunk, b->band,
+             SPOOL__BLOCK_USED);
   spool__block *before = top ? b : b->prev, *after = top ? b->next : b;
   u->prev = before;
   u->next = after;
@@ -294,7 +296,7 @@ spool__block *spool__heap_fit(spool_pool *p, spool__pending *own, uint64_t need,
     if (!wide) break;
   }
   if (!b) return NULL;
-  spool__block *u = carve(h, b, need, b->chunk->band != from);
+  spool__block *u = carve(h, b, need, b->band != from);
   if (u) h->allocs++;
   return u;
 }
@@ -365,7 +367,7 @@ spool__block *spool__heap_add_chunk(spool_pool *p, spool__pending *own, uintptr_
   h->chunk_allocs++;
   if (SPOOL__UNLIKELY(p->trace)) spool__trace_chunk(p, SPOOL_TRACE_CHUNK_ALLOC, addr, bytes, NULL);
   /* The whole chunk is a range freed on own's stream just now; the caller's block is cut off. */
-  block_init(b, addr, bytes, c, SPOOL__BLOCK_FREE);
+  block_init(b, addr, bytes, c, c->band, SPOOL__BLOCK_FREE);
   b->owner = own;
   b->tick = ++own->tick;
   enlist(h, b);

@@ -262,17 +262,20 @@ struct spool__chunk;
 
 /* One block of a chunk: used (a live buffer or one in a front bin) or a free range. Records sit
  * in slabs and keep their address while the block exists. */
+/* A block's record. The fit, the carve and the merges read its first cache line only (records
+ * are line-aligned): its range, neighbours, bin links, owner, state and band. */
 typedef struct spool__block {
-  uintptr_t addr;
+  alignas(SPOOL__CACHE_LINE) uintptr_t addr;
   uint64_t bytes;
   struct spool__block *prev, *next;   /* neighbours in the chunk, by address */
   struct spool__block *fprev, *fnext; /* free: its bin's list */
-  struct spool__block *pprev, *pnext; /* free and pending: its stream's list, oldest first */
-  struct spool__chunk *chunk;
   struct spool__pending *owner; /* free: the stream it is pending on; NULL once shared */
-  uint64_t tick;                /* free and pending: the owner's release count at the free */
   uint16_t bin;
   uint8_t state;
+  uint8_t band;                 /* its chunk's band (chunk->band, read without the chunk) */
+  struct spool__block *pprev, *pnext; /* free and pending: its stream's list, oldest first */
+  struct spool__chunk *chunk;
+  uint64_t tick;                /* free and pending: the owner's release count at the free */
   spool__buffer buf; /* used: the buffer's record, in its stream's front (heap.c) */
 } spool__block;
 
