@@ -89,24 +89,26 @@ typedef struct spool__site {
 #define SPOOL__SITE_TEXT 320
 const char *spool__site_text(const spool__site *s, char *out, size_t len);
 
+/* A buffer's record. What a hit and a free in the front read comes first (one cache line in a
+ * heap block's record); the sites and clocks they only write follow. */
 typedef struct spool__buffer {
   uintptr_t ptr;        /* 0 marks an empty slot */
   uint64_t size;        /* bytes asked for */
-  uint64_t seq;         /* allocation number, from 1 */
   cudaStream_t stream;  /* stream it was allocated on */
-  spool__site born;     /* where it was allocated (track=full) */
-  spool__site died;     /* where it was freed (graveyard records, track=full) */
-  uint64_t born_ns;     /* CLOCK_MONOTONIC at allocation (track=full), for the age */
   uint64_t bytes;       /* heap buffers: the block's size */
   union {               /* heap buffers, by state: */
     uint64_t born_at;   /* live: the stream's allocation count when it was handed out */
     uint64_t freed_at;  /* in a front bin: the front's free count when it went there */
   };
+  struct spool__block *blk; /* the heap's block (chunks.c); NULL on the uncached path */
   uint16_t cls;         /* heap buffers: the size class of size, its front bin once freed */
   uint8_t state;        /* heap buffers: SPOOL__LIVE, or SPOOL__CACHED in a front bin */
   uint8_t graph;        /* allocated during a stream capture: a graph allocation, which
                            only a free in the graph (or after its launch) may free */
-  struct spool__block *blk; /* the heap's block (chunks.c); NULL on the uncached path */
+  uint64_t seq;         /* allocation number, from 1 */
+  spool__site born;     /* where it was allocated (track=full) */
+  spool__site died;     /* where it was freed (graveyard records, track=full) */
+  uint64_t born_ns;     /* CLOCK_MONOTONIC at allocation (track=full), for the age */
 } spool__buffer;
 
 enum { SPOOL__LIVE = 0, SPOOL__CACHED = 1 };
@@ -262,8 +264,8 @@ struct spool__chunk;
 
 /* One block of a chunk: used (a live buffer or one in a front bin) or a free range. Records sit
  * in slabs and keep their address while the block exists. */
-/* A block's record. The fit, the carve and the merges read its first cache line only (records
- * are line-aligned): its range, neighbours, bin links, owner, state and band. */
+/* A block's record. The fit and the merges read its first cache line only (records are
+ * line-aligned): its range, neighbours, bin links, owner, state and band. */
 typedef struct spool__block {
   alignas(SPOOL__CACHE_LINE) uintptr_t addr;
   uint64_t bytes;
@@ -273,10 +275,11 @@ typedef struct spool__block {
   uint16_t bin;
   uint8_t state;
   uint8_t band;                 /* its chunk's band (chunk->band, read without the chunk) */
+  spool__buffer buf; /* used: the buffer's record, in its stream's front (heap.c); from the
+                        second line, so that its first fields share one */
   struct spool__block *pprev, *pnext; /* free and pending: its stream's list, oldest first */
   struct spool__chunk *chunk;
   uint64_t tick;                /* free and pending: the owner's release count at the free */
-  spool__buffer buf; /* used: the buffer's record, in its stream's front (heap.c) */
 } spool__block;
 
 typedef struct spool__chunk {
