@@ -244,11 +244,13 @@ void spool__front_bury(spool_pool *p, spool__scache *c, const spool__buffer *b);
  * FRONT_AGE / 4 frees, except that a front past its bound (front_bound) goes whole. Returns how
  * many went. */
 uint32_t spool__front_spill(spool_pool *p, spool__scache *c, uint64_t age, bool due);
-/* Under the pool's lock: c's stream misses a block for class cls; if it is brief, its front
- * blocks within FIT_CLASSES below cls go into the heap, where they may merge into what is
+/* The same under c's lock too. */
+uint32_t spool__front_spill_held(spool_pool *p, spool__scache *c, uint64_t age, bool due);
+/* Under the pool's lock and c's: c's stream misses a block for class cls; if it is brief, its
+ * front blocks within FIT_CLASSES below cls go into the heap, where they may merge into what is
  * asked: the new block serves their sizes from now on (a stream's largest block grows with its
  * requests instead of the front holding each step). Returns whether c is brief. */
-bool spool__front_spill_below(spool_pool *p, spool__scache *c, unsigned cls);
+bool spool__front_spill_below_held(spool_pool *p, spool__scache *c, unsigned cls);
 
 /* poison=on: the ring of c's freed blocks kept out of reuse. Under c's lock, except drain,
  * which takes it under the pool's. */

@@ -32,8 +32,9 @@
  * stream's front, the pool's table (the uncached path), another stream's front; else it is
  * refused, with the facts for refuse.c's words.
  *
- * Locks: the pool's lock may be held when a front's lock is taken, never the other way round.
- * The heap is under the pool's lock. */
+ * Locks: the pool's lock may be held when a front's lock is taken; a thread holding a front
+ * only tries the pool's lock (pthread_mutex_trylock), and gives the front up before it waits
+ * for it. The heap is under the pool's lock. */
 #include "capture.h"
 #include "front.h"
 #include "trace_format.h"
@@ -278,14 +279,14 @@ static spool_status new_chunk(spool_pool *p, spool__scache *c, uint64_t need, si
 }
 
 /* Enters the heap block blk in c's index as the caller's buffer (its record is the block's).
- * Under the pool's lock; on failure the block goes back into the heap. A brief stream (front.h)
- * makes few heap operations, so what it leaves pending in the heap (a new chunk's remainder,
- * blocks out of its front) would wait long for the fence every fence_every of them: its miss
- * records the fence now, and the other streams may take those ranges once it has passed. */
-static spool_status adopt_locked(spool_pool *p, spool__scache *c, spool__block *blk, size_t size,
-                                 cudaStream_t stream, const spool__site *site) {
-  front_lock(c);
-  bool fence = brief(p, c);
+ * Under the pool's lock and c's; on failure the caller gives the block back (settle). *fence:
+ * a brief stream (front.h) makes few heap operations, so what it leaves pending in the heap (a
+ * new chunk's remainder, blocks out of its front) would wait long for the fence every
+ * fence_every of them: its miss records the fence now, and the other streams may take those
+ * ranges once it has passed. */
+static spool_status adopt_held(spool_pool *p, spool__scache *c, spool__block *blk, size_t size,
+                               cudaStream_t stream, const spool__site *site, bool *fence) {
+  *fence = brief(p, c);
   spool_status s = spool__index_insert(&c->blocks, blk->addr, blk);
   if (s == SPOOL_OK) {
     spool__buffer *b = &blk->buf; /* make_live and the free set the rest */
@@ -296,43 +297,58 @@ static spool_status adopt_locked(spool_pool *p, spool__scache *c, spool__block *
     c->c.misses++;
     make_live(p, c, b, size, spool__class_of(size), stream, site);
   }
-  front_unlock(c);
-  if (s != SPOOL_OK) spool__heap_release(p, &c->pend, blk);
-  else if (fence) spool__heap_fence_now(p, &c->pend, stream);
   return s;
 }
 
-/* The same for a block placed outside the lock (a new chunk, poisoning): takes it, or gives the
- * block back when poisoning failed (s). */
+/* After adopt_held, under the pool's lock only: the block back into the heap if it failed (s),
+ * else the brief stream's fence. */
+static void settle(spool_pool *p, spool__scache *c, spool__block *blk, cudaStream_t stream,
+                   spool_status s, bool fence) {
+  if (s != SPOOL_OK) spool__heap_release(p, &c->pend, blk);
+  else if (fence) spool__heap_fence_now(p, &c->pend, stream);
+}
+
+/* The same for a block placed outside the locks (a new chunk, poisoning): takes it, or gives
+ * the block back when poisoning failed (s). */
 static spool_status adopt(spool_pool *p, spool__scache *c, spool__block *blk, size_t size,
                           cudaStream_t stream, const spool__site *site, spool_status s) {
+  bool fence = false;
   pthread_mutex_lock(&p->lock);
-  if (s == SPOOL_OK) s = adopt_locked(p, c, blk, size, stream, site);
-  else spool__heap_release(p, &c->pend, blk);
+  if (s == SPOOL_OK) {
+    front_lock(c);
+    s = adopt_held(p, c, blk, size, stream, site, &fence);
+    front_unlock(c);
+  }
+  settle(p, c, blk, stream, s, fence);
   pthread_mutex_unlock(&p->lock);
   return s;
 }
 
 /* A front miss: the front's stale blocks go into the heap, and the heap serves the request
  * (from the stream's own free ranges, the shared ones, those another stream's fence has just
- * made shared, the rest of the front merged in, or a new chunk). */
+ * made shared, the rest of the front merged in, or a new chunk). The front stays locked from
+ * the spill to the new block's record: the pool's lock, held throughout, keeps every other
+ * thread that could want it (a free from another stream, a stats read) waiting anyway. */
 static SPOOL__NOINLINE spool_status miss(spool_pool *p, spool__scache *c, void **ptr,
                                          size_t size, cudaStream_t stream,
                                          const spool__site *site) {
   uint64_t need = ((uint64_t)size + SPOOL__MIN_BLOCK - 1) / SPOOL__MIN_BLOCK * SPOOL__MIN_BLOCK;
   pthread_mutex_lock(&p->lock);
-  spool__front_spill(p, c, SPOOL__FRONT_AGE, true);
-  bool brief_miss = spool__front_spill_below(p, c, spool__class_of(size));
+  front_lock(c);
+  spool__front_spill_held(p, c, SPOOL__FRONT_AGE, true);
+  bool brief_miss = spool__front_spill_below_held(p, c, spool__class_of(size));
   spool__heap_stream_op(p, &c->pend, stream);
   spool__block *blk = spool__heap_fit(p, &c->pend, need, false);
   if (!blk && spool__heap_publish_ready(p)) blk = spool__heap_fit(p, &c->pend, need, false);
   if (!blk && brief_miss) blk = spool__heap_fit_leftover(p, &c->pend, need);
-  if (!blk && spool__front_spill(p, c, 0, false)) /* before a new chunk: the rest may merge */
+  if (!blk && spool__front_spill_held(p, c, 0, false)) /* before a new chunk: the rest may merge */
     blk = spool__heap_fit(p, &c->pend, need, false);
   spool__heap_idle(p, &c->pend, stream);
   spool_status s = SPOOL_OK;
-  bool taken = blk && !p->cfg.poison; /* the common case: one critical section */
-  if (taken) s = adopt_locked(p, c, blk, size, stream, site);
+  bool taken = blk && !p->cfg.poison, fence = false; /* the common case: one critical section */
+  if (taken) s = adopt_held(p, c, blk, size, stream, site, &fence);
+  front_unlock(c);
+  if (taken) settle(p, c, blk, stream, s, fence);
   pthread_mutex_unlock(&p->lock);
   if (!taken) {
     if (!blk) s = new_chunk(p, c, need, size, stream, &blk);
@@ -521,7 +537,9 @@ static void to_heap(spool_pool *p, spool__scache *c, spool__buffer *b, cudaStrea
   b->state = SPOOL__CACHED;
   b->died = *site;
   count_free(p, c, b);
-  if (!pool_locked) {
+  /* A try keeps the front held when the pool's lock is free (the common case); a wait gives the
+   * front up first (the order of the locks). */
+  if (!pool_locked && pthread_mutex_trylock(&p->lock) != 0) {
     leave(c, h);
     pthread_mutex_lock(&p->lock);
     h = enter(c);
