@@ -70,8 +70,8 @@
  *  - cudaGraphLaunch checks the above and the device's capacity (at the graph's peak), then runs
  *    the nodes in capture order on the launch stream, one operation each.
  *  - Driver entry points: cudaGetDriverEntryPoint[ByVersion] knows "cuStreamIsCapturing" (since
- *    10000), "cuThreadExchangeStreamCaptureMode" (10010), "cuEventRecord", "cuEventQuery" and
- *    "cuStreamQuery" (2000): simulated functions over the same state (see cudasim.h), which need a current
+ *    10000), "cuThreadExchangeStreamCaptureMode" (10010), "cuEventRecord" and "cuEventQuery"
+ *    (2000): simulated functions over the same state (see cudasim.h), which need a current
  *    context for a special stream handle and leave the runtime's last error alone; with
  *    cudaEnablePerThreadDefaultStream, handle 0 means the per-thread stream. Other symbols:
  *    cudaSuccess, a NULL function and cudaDriverEntryPointSymbolNotFound, as documented.
