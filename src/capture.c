@@ -1,6 +1,5 @@
 /* The driver calls of spool's frequent paths: is a stream being captured into a graph (every
- * cached allocation and free), the thread's capture mode, and the heap's fences (an event's
- * record and query, a stream's query). Through
+ * cached allocation and free), the thread's capture mode, and the heap's fence events. Through
  * the driver they cost a fraction of the runtime's (H200: cuStreamIsCapturing 15 ns against 64
  * for cudaStreamIsCapturing; a capture mode round trip 25 ns against 100-160; an event record
  * and query 640-720 ns against 780-860) and leave the runtime's last error alone, so a failure
@@ -18,7 +17,6 @@ static struct {
   PFN_cuThreadExchangeStreamCaptureMode_v10010 exchange_mode;
   PFN_cuEventRecord_v2000 event_record;
   PFN_cuEventQuery_v2000 event_query;
-  PFN_cuStreamQuery_v2000 stream_query;
 } driver; /* what resolve found; NULL for what it did not */
 static pthread_once_t resolve_once = PTHREAD_ONCE_INIT;
 
@@ -47,7 +45,6 @@ static void resolve(void) {
   find("cuThreadExchangeStreamCaptureMode", 10010, &driver.exchange_mode);
   find("cuEventRecord", 2000, &driver.event_record);
   find("cuEventQuery", 2000, &driver.event_query);
-  find("cuStreamQuery", 2000, &driver.stream_query);
   if (driver.is_capturing)
     atomic_store_explicit(&spool__capture_fast, driver.is_capturing, memory_order_release);
 }
@@ -124,35 +121,18 @@ bool spool__event_record_quiet(cudaEvent_t event, cudaStream_t stream) {
   return false;
 }
 
-/* A query's answer, through the driver's function where it gave one (not ready, or done), else
- * the runtime's; in relaxed mode. */
-static bool done_quiet(CUresult (*drv)(void *), cudaError_t (*rt)(void *), void *handle) {
+bool spool__event_done_quiet(cudaEvent_t event) {
   enum cudaStreamCaptureMode mode;
   bool relaxed = spool__relaxed_enter(&mode); /* resolves the driver's functions first */
-  CUresult r = drv ? drv(handle) : CUDA_ERROR_UNKNOWN;
+  CUresult r = driver.event_query ? driver.event_query((CUevent)event) : CUDA_ERROR_UNKNOWN;
   bool done = r == CUDA_SUCCESS;
   if (!done && r != CUDA_ERROR_NOT_READY) { /* no driver function, or it failed: the runtime */
-    cudaError_t err = rt(handle);
+    cudaError_t err = cudaEventQuery(event);
     done = err == cudaSuccess;
     if (!done) spool__clear_cuda_error();
   }
   spool__relaxed_leave(relaxed, mode);
   return done;
-}
-
-static CUresult drv_event_query(void *h) { return driver.event_query((CUevent)h); }
-static cudaError_t rt_event_query(void *h) { return cudaEventQuery((cudaEvent_t)h); }
-static CUresult drv_stream_query(void *h) { return driver.stream_query((CUstream)h); }
-static cudaError_t rt_stream_query(void *h) { return cudaStreamQuery((cudaStream_t)h); }
-
-bool spool__event_done_quiet(cudaEvent_t event) {
-  pthread_once(&resolve_once, resolve);
-  return done_quiet(driver.event_query ? drv_event_query : NULL, rt_event_query, event);
-}
-
-bool spool__stream_idle_quiet(cudaStream_t stream) {
-  pthread_once(&resolve_once, resolve);
-  return done_quiet(driver.stream_query ? drv_stream_query : NULL, rt_stream_query, stream);
 }
 
 bool spool__capturing_quiet(cudaStream_t stream, bool if_unknown) {

@@ -44,9 +44,6 @@ void spool__relaxed_leave(bool entered, enum cudaStreamCaptureMode old);
  * fence this time (false). */
 bool spool__event_record_quiet(cudaEvent_t event, cudaStream_t stream);
 bool spool__event_done_quiet(cudaEvent_t event);
-/* Whether every operation queued on stream has completed (a stream query, in relaxed mode, as
- * the event query). False when it has not, or the query failed; the last error is left alone. */
-bool spool__stream_idle_quiet(cudaStream_t stream);
 
 /* Whether err, from freeing (or poisoning) the graph allocation b on stream outside a capture,
  * says that its graph never ran: destroyed before a launch, or its capture abandoned (an end

@@ -9,10 +9,9 @@
  * Stream order decides who may reuse a free range:
  * - A range freed on stream S is pending on S: S may reuse it at once (stream order puts the
  *   new owner's work after the old owner's); no other stream may.
- * - Every fence_every heap operations on S, S is fenced (S is alive then: the caller just
- *   handed it over). When S has nothing queued (a stream query), every range it has freed is
- *   shared at once: any stream may take it, and it merges with its shared neighbours. Else an
- *   event is recorded on S, and once it has completed, every range S freed before it is shared.
+ * - Every fence_every heap operations on S, an event is recorded on S (S is alive then: the
+ *   caller just handed it over). Once it has completed, every range S freed before it is shared:
+ *   any stream may take it, and it merges with its shared neighbours.
  * - A new chunk's remainder is pending on the stream it was allocated on: the pool may have
  *   handed out memory whose previous use on that stream is still queued.
  * - spool never calls CUDA on a stream it was not just handed; the fence events are its own,
@@ -407,7 +406,7 @@ static bool fence_done(spool__heap *h, spool__pending *own) {
 
 /* Records own's fence on stream, covering every range it has freed so far. Failures only mean
  * no fence this time. */
-static void fence_record(spool__pending *own, cudaStream_t stream) {
+static void fence_record(spool__heap *h, spool__pending *own, cudaStream_t stream) {
   if (!own->fence &&
       cudaEventCreateWithFlags(&own->fence, cudaEventDisableTiming) != cudaSuccess) {
     spool__clear_cuda_error();
@@ -417,19 +416,14 @@ static void fence_record(spool__pending *own, cudaStream_t stream) {
   if (!spool__event_record_quiet(own->fence, stream)) return;
   own->fence_tick = own->tick;
   own->fence_pending = true;
+  h->fences++;
 }
 
-/* A stream with nothing queued has passed every free it was given: its ranges are shared at
- * once, for one query instead of an event's record now and query later (which also keeps them
- * pending until then). A busy stream gets the event. */
 void spool__heap_fence_now(spool_pool *p, spool__pending *own, cudaStream_t stream) {
   spool__heap *h = &p->heap;
   own->ops = 0;
   if (own->fence_pending) fence_done(h, own);
-  if (own->fence_pending || !own->head) return;
-  h->fences++;
-  if (spool__stream_idle_quiet(stream)) publish(h, own, own->tick);
-  else fence_record(own, stream);
+  if (!own->fence_pending && own->head) fence_record(h, own, stream);
 }
 
 void spool__heap_stream_op(spool_pool *p, spool__pending *own, cudaStream_t stream) {

@@ -243,14 +243,14 @@ END_TEST
 /* ---- across streams ------------------------------------------------------------------------ */
 
 /* Heap operations on s (front misses and frees past front_limit=0): sizes that alternate
- * between 3 and 4 MiB, each freed at once. Enough of them for s to be fenced. */
+ * between 3 and 4 MiB, each freed at once. Enough of them for s to record a fence. */
 static void heap_ops_on(spool_pool *p, cudaStream_t s) {
   for (int i = 0; i < 40; i++) CK_SPOOL(spool_free(p, alloc_on(p, (size_t)(3 + i % 2) * MiB, s), s));
 }
 
-/* What s1 freed goes to another stream only once s1 has passed the free: its fence, every few
- * heap operations, finds it idle (or records an event that completes); a stream that needs
- * memory asks the fences of the others before it takes a new chunk. */
+/* What s1 freed goes to another stream only once an event recorded on s1 after the free has
+ * completed. s1 records one every few heap operations; a stream that needs memory asks the
+ * fences of the others before it takes a new chunk. */
 START_TEST(cache_other_stream_waits_for_fence) {
   spool_pool *p = pool_with("front_limit=0");
   cudaStream_t s1 = test_stream_create(), s2 = test_stream_create(), s3 = test_stream_create();
@@ -259,7 +259,7 @@ START_TEST(cache_other_stream_waits_for_fence) {
   void *b = alloc_on(p, MiB, s2); /* no fence yet: a new chunk */
   ck_assert_ptr_ne(a, b);
   ck_assert_uint_eq(test_stats(p).chunk_allocs, 3);
-  heap_ops_on(p, s1);                 /* fences s1 after a's free */
+  heap_ops_on(p, s1);                 /* records a fence after a's free */
   CK_CUDA(cudaStreamSynchronize(s1)); /* the fence completes */
   void *c = alloc_on(p, MiB, s3);
   ck_assert_ptr_eq(a, c); /* a's chunk, all free and shared now */
@@ -276,26 +276,6 @@ START_TEST(cache_other_stream_waits_for_fence) {
 END_TEST
 
 #ifdef SPOOL_TEST_SIM
-/* A stream with nothing queued has passed its frees: its fence shares them at once, with no
- * event to wait for and no synchronize, and another stream takes the range. */
-START_TEST(cache_idle_stream_shares_its_frees_at_its_fence) {
-  spool_pool *p = pool_with("front_limit=0");
-  cudaStream_t s1 = test_stream_create(), s2 = test_stream_create();
-  void *a = alloc_on(p, MiB, s1), *x = alloc_on(p, 2 * MiB, s1);
-  CK_SPOOL(spool_free(p, a, s1));
-  long records = cudasim_calls("cuEventRecord");
-  heap_ops_on(p, s1); /* s1 idle: its fence is a query */
-  ck_assert_int_eq(cudasim_calls("cuEventRecord"), records);
-  void *b = alloc_on(p, MiB, s2);
-  ck_assert_ptr_eq(b, a);
-  CK_SPOOL(spool_free(p, b, s2));
-  CK_SPOOL(spool_free(p, x, s1));
-  test_pool_destroy(p);
-  test_stream_destroy(s1);
-  test_stream_destroy(s2);
-}
-END_TEST
-
 /* While s1's work is not done, what it freed stays out of other streams' reach, however often
  * they ask. */
 START_TEST(cache_fence_not_passed_keeps_block) {
@@ -303,7 +283,6 @@ START_TEST(cache_fence_not_passed_keeps_block) {
   cudaStream_t s1 = test_stream_create(), s2 = test_stream_create();
   void *a = alloc_on(p, MiB, s1), *x = alloc_on(p, 2 * MiB, s1);
   cudasim_hold(s1);
-  CK_CUDA(cudaMemsetAsync(a, 1, MiB, s1)); /* s1's last use of a, still queued */
   CK_SPOOL(spool_free(p, a, s1));
   heap_ops_on(p, s1); /* the fence waits behind s1's held work */
   void *got[4];
@@ -1042,7 +1021,6 @@ static Suite *cache_suite(void) {
 #ifdef SPOOL_TEST_SIM
   tc = test_tcase("sim");
   tcase_add_test(tc, cache_fence_not_passed_keeps_block);
-  tcase_add_test(tc, cache_idle_stream_shares_its_frees_at_its_fence);
   tcase_add_test(tc, cache_flushed_on_oom);
   tcase_add_test(tc, cache_destroyed_stream_is_named);
   tcase_add_test(tc, cache_poison_failures_lose_nothing);

@@ -618,9 +618,8 @@ typedef struct spool_stats {
   uint64_t largest_free_block;   /* the largest free range of the heap's chunks */
   uint64_t chunk_allocs;         /* chunks taken from the pool since create */
   uint64_t chunk_frees;          /* chunks given back to the pool (idle, trim, release) */
-  uint64_t fences;               /* fences, so that other streams can reuse what a stream
-                                    freed: a query of an idle stream (its frees shared at once)
-                                    or an event recorded on a busy one */
+  uint64_t fences;               /* fence events recorded, so that other streams can reuse
+                                    what a stream freed */
 } spool_stats;
 
 /* Fills *out (out->size is set to sizeof(spool_stats)). Library counters are exact; pool

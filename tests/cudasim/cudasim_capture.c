@@ -459,22 +459,6 @@ static CUresult CUDAAPI sim_cuEventQuery(CUevent ev) {
   return cu_result(e);
 }
 
-/* As cu_is_capturing: a special handle needs a current context. */
-static CUresult cu_stream_query(CUstream h, int ptsz) {
-  cudaError_t e = cudasim__sim_enter("cuStreamQuery", 1);
-  int special = h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD;
-  if (e == cudaSuccess && special && !cudasim__t.context)
-    e = cudaErrorDeviceUninitialized;
-  if (e == cudaSuccess)
-    e = cudasim__stream_query(h == NULL && ptsz ? cudaStreamPerThread : h);
-  cudasim__unlock();
-  return cu_result(e);
-}
-
-static CUresult CUDAAPI sim_cuStreamQuery(CUstream h) { return cu_stream_query(h, 0); }
-
-static CUresult CUDAAPI sim_cuStreamQuery_ptsz(CUstream h) { return cu_stream_query(h, 1); }
-
 static CUresult CUDAAPI sim_cuStreamIsCapturing_ptsz(CUstream h, CUstreamCaptureStatus *status) {
   return cu_is_capturing(h, status, 1);
 }
@@ -488,8 +472,6 @@ static const PFN_cuThreadExchangeStreamCaptureMode_v10010 sim_exchange_mode_fn =
 static const PFN_cuEventRecord_v2000 sim_event_record_fn = sim_cuEventRecord;
 static const PFN_cuEventRecord_v7000_ptsz sim_event_record_ptsz_fn = sim_cuEventRecord_ptsz;
 static const PFN_cuEventQuery_v2000 sim_event_query_fn = sim_cuEventQuery;
-static const PFN_cuStreamQuery_v2000 sim_stream_query_fn = sim_cuStreamQuery;
-static const PFN_cuStreamQuery_v7000_ptsz sim_stream_query_ptsz_fn = sim_cuStreamQuery_ptsz;
 
 /* A known symbol: whether version is enough, and the function (ptsz: the per-thread variant,
  * where there is one). */
@@ -504,7 +486,6 @@ static enum cudaDriverEntryPointQueryResult known_symbol(const char *symbol, uns
       {"cuThreadExchangeStreamCaptureMode", 10010, &sim_exchange_mode_fn, &sim_exchange_mode_fn},
       {"cuEventRecord", 2000, &sim_event_record_fn, &sim_event_record_ptsz_fn},
       {"cuEventQuery", 2000, &sim_event_query_fn, &sim_event_query_fn},
-      {"cuStreamQuery", 2000, &sim_stream_query_fn, &sim_stream_query_ptsz_fn},
   };
   for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
     if (strcmp(symbol, table[i].name) != 0)

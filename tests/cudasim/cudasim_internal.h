@@ -253,8 +253,6 @@ cudaError_t cudasim__stream_is_capturing(cudaStream_t h, enum cudaStreamCaptureS
  * entry points share them). Under the lock. */
 cudaError_t cudasim__event_record(cudaEvent_t ev, cudaStream_t h, unsigned flags);
 cudaError_t cudasim__event_query(cudaEvent_t ev);
-/* cudaStreamQuery's answer: cudaErrorNotReady while work queued on h has not completed. */
-cudaError_t cudasim__stream_query(cudaStream_t h);
 void cudasim__event_set(struct CUevent_st *ev, struct CUstream_st *s);
 
 /* ---- cudasim_capture.c ----------------------------------------------------------------------- */

@@ -205,7 +205,7 @@ cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t stream) {
   SIM_CALL(stream_synchronize(stream));
 }
 
-cudaError_t cudasim__stream_query(cudaStream_t h) {
+static cudaError_t stream_query(cudaStream_t h) {
   struct CUstream_st *s;
   cudaError_t e = cudasim__stream_get(h, &s);
   if (e == cudaSuccess)
@@ -215,7 +215,7 @@ cudaError_t cudasim__stream_query(cudaStream_t h) {
   return s->completed < s->ticket ? cudaErrorNotReady : cudaSuccess;
 }
 
-cudaError_t CUDARTAPI cudaStreamQuery(cudaStream_t stream) { SIM_CALL(cudasim__stream_query(stream)); }
+cudaError_t CUDARTAPI cudaStreamQuery(cudaStream_t stream) { SIM_CALL(stream_query(stream)); }
 
 static cudaError_t stream_get_flags(cudaStream_t h, unsigned *flags) {
   struct CUstream_st *s;

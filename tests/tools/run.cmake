@@ -112,7 +112,7 @@ run(0 out ${CMAKE_COMMAND} -E env "PYTHONPATH=${CMAKE_CURRENT_LIST_DIR}/fake_mat
     "${TRACE_TOOL}" plot "${trace}" -o "${WORK_DIR}/drawn.txt")
 file(READ "${WORK_DIR}/drawn.txt" drawn)
 expect("${drawn}" "total live: [0-9]+ points, top 6.78\n")
-expect("${drawn}" "reserved \\(heap chunks\\): [0-9]+ points, top 22.00\n")
+expect("${drawn}" "reserved \\(heap chunks\\): [0-9]+ points, top 20.00\n")
 expect("${drawn}" "idle \\(reserved - live\\): ")
 expect("${drawn}" "stream 0x[0-9a-f]+: ")
 expect("${drawn}" "mark: 1 points")
