@@ -25,7 +25,7 @@ static spool_status grow(spool__index *x) {
   size_t cap = x->cap ? x->cap * 2 : 64;
   spool__index_slot *slots = calloc(cap, sizeof *slots);
   if (!slots)
-    return spool__fail(SPOOL_ERR_HOST_OOM, "spool: cannot grow a buffer index to %zu entries",
+    return spool__fail(SPOOL_ERR_HOST_OOM, "spool: no host memory to grow a buffer index to %zu entries",
                        cap);
   spool__index old = *x;
   x->slots = slots;

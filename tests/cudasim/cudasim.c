@@ -166,14 +166,22 @@ void cudasim__tls_sync(void) {
   }
 }
 
+static _Thread_local int inside; /* this thread holds the lock: it runs a simulated call */
+
 void cudasim__lock(void) {
   pthread_mutex_lock(&cudasim__g_lock);
+  inside++;
   if (!cudasim__g.inited)
     cudasim__sim_defaults();
   cudasim__tls_sync();
 }
 
-void cudasim__unlock(void) { pthread_mutex_unlock(&cudasim__g_lock); }
+void cudasim__unlock(void) {
+  inside--;
+  pthread_mutex_unlock(&cudasim__g_lock);
+}
+
+int cudasim_inside(void) { return inside; }
 
 static long count_call(const char *api) {
   for (size_t i = 0; i < cudasim__g.ncounts; i++)

@@ -110,6 +110,10 @@ long cudasim_pending(cudaStream_t s);
 /* Failures armed with cudasim_fail that have not fired yet (to check that a test used them). */
 int cudasim_armed(void);
 
+/* Whether the calling thread is inside a simulated call: a test's host-allocation hook tells
+ * cudasim's own allocations from the library's by it. Takes no lock. */
+int cudasim_inside(void);
+
 /* ---- stream capture, graphs, stream handles ---------------------------------------------------
  * cudasim models stream capture and the graphs it makes (see cudasim.c for what and how). The
  * simulated driver function cuStreamIsCapturing (handed out by cudaGetDriverEntryPoint*) is
