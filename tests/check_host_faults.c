@@ -1,7 +1,9 @@
 /* check_host_faults: every host allocation spool makes in a workload, failed in turn. The
  * executable is linked with --wrap for malloc, calloc, realloc and aligned_alloc, so spool's
  * calls of them come here (cudasim's own, inside a simulated call, pass untouched). A clean run
- * of each workload below counts spool's allocations; then, for each of them, a fresh run makes
+ * of each workload below counts spool's allocations (allocations and frees on two streams and
+ * across them, many small blocks, a batch, the hand-off, a scope, stats, trim, a stream's
+ * release); then, for each of them, a fresh run makes
  * exactly that one fail and checks what spool promises of a call that ran out of host memory:
  *  - it returns SPOOL_OK (spool did without) or SPOOL_ERR_HOST_OOM with a message that says so;
  *    a failed allocation hands out NULL;
@@ -61,6 +63,7 @@ void *__wrap_aligned_alloc(size_t align, size_t size) {
 typedef struct run {
   spool_pool *pool;
   cudaStream_t s1, s2;
+  cudaEvent_t ev; /* for spool_free_after */
   void *held[HELD_MAX];
   cudaStream_t on[HELD_MAX]; /* the stream each was allocated on */
   int n;
@@ -113,6 +116,41 @@ static const size_t SIZES[] = {512,      4 * KiB, 64 * KiB, 700 * KiB, 1 * MiB,
                                96 * KiB, 12 * MiB};
 #define NSIZES (sizeof SIZES / sizeof *SIZES)
 
+/* What keeps records of its own: a batch, the hand-off (spool_record_stream, spool_free_after)
+ * and a scope. */
+static void extras(run *r) {
+  size_t sizes[4] = {4 * KiB, 0, 64 * KiB, 1 * MiB};
+  void *ptrs[4];
+  spool_status st = COUNTED(spool_alloc_batch(r->pool, r->s1, 4, sizes, ptrs, 4096));
+  judged(r, st, "spool_alloc_batch");
+  if (st == SPOOL_OK) {
+    r->held[r->n] = ptrs[0];
+    r->on[r->n++] = r->s1;
+  }
+  if (r->n) {
+    judged(r, COUNTED(spool_record_stream(r->pool, r->held[0], r->s2)), "spool_record_stream");
+    free_on(r, 0, r->on[0]);
+  }
+  if (r->n) {
+    int last = r->n - 1;
+    CK_CUDA(cudaEventRecord(r->ev, r->s2));
+    st = COUNTED(spool_free_after(r->pool, r->held[last], r->on[last], r->ev));
+    judged(r, st, "spool_free_after");
+    if (st == SPOOL_OK) r->n--;
+  }
+  spool_scope *sc = NULL;
+  st = COUNTED(spool_scope_begin(r->pool, r->s1, &sc));
+  judged(r, st, "spool_scope_begin");
+  if (st != SPOOL_OK) return;
+  for (int i = 0; i < 3; i++) {
+    void *q = TEST_SENTINEL;
+    judged(r, COUNTED(spool_scope_alloc(sc, &q, 300 * KiB)), "spool_scope_alloc");
+  }
+  st = COUNTED(spool_scope_end(sc));
+  judged(r, st, "spool_scope_end");
+  if (st != SPOOL_OK) CK_SPOOL(spool_scope_end(sc)); /* the one failure is spent */
+}
+
 /* Allocations on two streams, frees on their own stream and on the other, a second round that
  * hits and misses the fronts, many small blocks carved side by side, stats, a trim and a
  * stream's release. */
@@ -129,6 +167,7 @@ static void workload(run *r) {
   spool_stats st;
   st.size = sizeof st;
   judged(r, COUNTED(spool_stats_get(r->pool, &st)), "spool_stats_get");
+  extras(r);
   judged(r, COUNTED(spool_trim(r->pool, 0)), "spool_trim");
   for (int i = r->n - 1; i >= 0; i -= 3) free_on(r, i, r->on[i]);
   judged(r, COUNTED(spool_stream_release(r->pool, r->s2)), "spool_stream_release");
@@ -140,6 +179,7 @@ static long one_run(const char *config, long nth, long *host_ooms) {
   r.pool = test_pool_with(config);
   r.s1 = test_stream_create();
   r.s2 = test_stream_create();
+  CK_CUDA(cudaEventCreateWithFlags(&r.ev, cudaEventDisableTiming));
   seen = 0;
   fail_at = nth;
   workload(&r);
@@ -151,6 +191,7 @@ static long one_run(const char *config, long nth, long *host_ooms) {
   ck_assert_uint_eq(st.bytes_in_use, 0);
   ck_assert_uint_eq(st.buffers_in_use, 0);
   test_pool_destroy(r.pool);
+  CK_CUDA(cudaEventDestroy(r.ev));
   test_stream_destroy(r.s1);
   test_stream_destroy(r.s2);
   *host_ooms = r.host_ooms;
