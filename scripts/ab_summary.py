@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""ab_summary: the medians of an A/B log of `scripts/gpu-lease ab`, and the rounds each tree
+won against the first.
+
+    python3 scripts/ab_summary.py AB_LOG
+
+The log holds blocks headed `== TREE ROUND WORKLOAD`, each followed by spool_bench's rows for
+spool and spool-tuned. The figure compared is, per workload kind:
+  pairs (1mib, 64mib, random, single8, ...): ns per pair over the no-allocation loop, lower wins
+  churn: ns a step over the loop, lower wins
+  pipeline: host us to queue a frame, lower wins (its wall time is printed beside)
+  threads: M pairs/s at the most threads run, higher wins
+Memory (reserved high and live high) is printed as the first round saw it.
+"""
+import re
+import statistics
+import sys
+
+
+def figure(workload, fields):
+    """(value, higher_is_better, memory) of one row's fields after the strategy name (and,
+    for threads, after the thread count)."""
+    if workload == 'threads':
+        return float(fields[0]), True, ' '.join(fields[4:8])
+    if workload.startswith('pipeline'):
+        return float(fields[0]), False, ' '.join(fields[5:9]) + ' wall ' + fields[4]
+    return float(fields[3]), False, ' '.join(fields[4:8])
+
+
+def parse(path):
+    """The trees in the log's order, and (workload, strategy, tree, round) -> a row's fields
+    after the strategy name (threads: the row of the most threads)."""
+    trees, raw, head = [], {}, None
+    for line in open(path):
+        m = re.match(r'== (\S+) (\d+) (\S+)', line)
+        if m:
+            head = m.groups()
+            if head[0] not in trees:
+                trees.append(head[0])
+            continue
+        f = line.split()
+        if not head or not f or not f[0].startswith('spool'):
+            continue
+        tree, rnd, wl = head
+        key = (wl, f[0], tree, int(rnd))
+        if wl == 'threads':
+            if key in raw and int(raw[key][0]) > int(f[1]):
+                continue
+            raw[key] = f[1:]
+        else:
+            raw[key] = f[1:]
+    return trees, raw
+
+
+def main(path):
+    trees, raw = parse(path)
+    if not trees:
+        sys.exit('ab_summary: no "== TREE ROUND WORKLOAD" blocks in ' + path)
+    rows = {}  # (workload, strategy, tree) -> [(round, value, higher, memory)]
+    for (wl, strategy, tree, rnd), f in sorted(raw.items(), key=lambda kv: kv[0][3]):
+        try:
+            value, higher, memory = figure(wl, f[1:] if wl == 'threads' else f)
+        except (IndexError, ValueError):
+            continue
+        rows.setdefault((wl, strategy, tree), []).append((rnd, value, higher, memory))
+    base = trees[0]
+    workloads = []
+    for (wl, _, _) in rows:
+        if wl not in workloads:
+            workloads.append(wl)
+    print(f'medians; "won" counts the rounds a tree beat {base} in')
+    for wl in workloads:
+        for strategy in ('spool', 'spool-tuned'):
+            ref = {r[0]: r[1] for r in rows.get((wl, strategy, base), [])}
+            if not ref:
+                continue
+            for tree in trees:
+                got = rows.get((wl, strategy, tree), [])
+                if not got:
+                    continue
+                med = statistics.median(r[1] for r in got)
+                higher = got[0][2]
+                line = f'{wl:9} {strategy:12} {tree:8} {med:9.1f}'
+                if tree != base:
+                    won = sum(1 for r in got if r[0] in ref and
+                              (r[1] >= ref[r[0]] if higher else r[1] <= ref[r[0]]))
+                    line += f'  won {won}/{len(got)}'
+                else:
+                    line += ' ' * 11
+                print(line + f'  all {" ".join(f"{r[1]:.1f}" for r in got)}  [{got[0][3]}]')
+
+
+if __name__ == '__main__':
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    main(sys.argv[1])
