@@ -2,8 +2,8 @@
  * executable is linked with --wrap for malloc, calloc, realloc and aligned_alloc, so spool's
  * calls of them come here (cudasim's own, inside a simulated call, pass untouched). A clean run
  * of each workload below counts spool's allocations (allocations and frees on two streams and
- * across them, many small blocks, a batch, the hand-off, a scope, stats, trim, a stream's
- * release); then, for each of them, a fresh run makes
+ * across them, many small blocks, a batch, the hand-off, a scope, stats, the reports, trim, a
+ * stream's release; and a pool's creation); then, for each of them, a fresh run makes
  * exactly that one fail and checks what spool promises of a call that ran out of host memory:
  *  - it returns SPOOL_OK (spool did without) or SPOOL_ERR_HOST_OOM with a message that says so;
  *    a failed allocation hands out NULL;
@@ -167,6 +167,13 @@ static void workload(run *r) {
   spool_stats st;
   st.size = sizeof st;
   judged(r, COUNTED(spool_stats_get(r->pool, &st)), "spool_stats_get");
+  FILE *sink = fopen("/dev/null", "w");
+  ck_assert_ptr_nonnull(sink);
+  judged(r, COUNTED(spool_report(r->pool, sink)), "spool_report");
+  judged(r, COUNTED(spool_leaks(r->pool, sink)), "spool_leaks");
+  fclose(sink);
+  char json[8192];
+  judged(r, COUNTED(spool_stats_json(r->pool, json, sizeof json)), "spool_stats_json");
   extras(r);
   judged(r, COUNTED(spool_trim(r->pool, 0)), "spool_trim");
   for (int i = r->n - 1; i >= 0; i -= 3) free_on(r, i, r->on[i]);
@@ -223,6 +230,37 @@ START_TEST(every_failed_host_allocation_leaves_the_pool_whole) {
 }
 END_TEST
 
+/* A pool that cannot be made for want of host memory is not made, and leaves nothing behind:
+ * no pool in cudasim, and the next create succeeds. */
+START_TEST(a_pool_create_without_host_memory_leaves_nothing) {
+  long made = -1;
+  for (long k = 0; k == 0 || k <= made; k++) { /* k 0: the clean run, which counts */
+    spool_config cfg = test_config();
+    spool_pool *p = TEST_SENTINEL;
+    seen = 0;
+    fail_at = k;
+    counting = true;
+    spool_status st = spool_pool_create(&p, &cfg);
+    counting = false;
+    fail_at = 0;
+    if (k == 0) {
+      made = seen;
+      ck_assert_int_gt(made, 0);
+    }
+    if (st == SPOOL_OK) {
+      test_pool_destroy(p);
+      continue;
+    }
+    CK_STATUS(st, SPOOL_ERR_HOST_OOM);
+    ck_assert_ptr_null(p);
+    ck_assert_int_eq(cudasim_pool_count(), 0);
+  }
+  printf("host fault sweep: spool_pool_create              %3ld allocations failed in turn\n",
+         made);
+  fflush(stdout);
+}
+END_TEST
+
 /* A carve that finds no host memory for its block's record (the slab of records is full and a
  * new one cannot be had) leaves the range it was cutting as it was, its chunk still listed as
  * empty, and the allocation is served from a new chunk. The sweep over k puts the full slab at
@@ -253,6 +291,7 @@ int main(void) {
   TCase *tc = test_tcase("sweep");
   tcase_add_loop_test(tc, every_failed_host_allocation_leaves_the_pool_whole, 0, (int)NCONFIGS);
   tcase_add_test(tc, a_carve_without_host_memory_leaves_its_chunk_as_it_was);
+  tcase_add_test(tc, a_pool_create_without_host_memory_leaves_nothing);
   suite_add_tcase(s, tc);
   return test_main(s);
 }
