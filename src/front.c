@@ -153,12 +153,12 @@ static void spill_head(spool_pool *p, spool__scache *c, unsigned cls, uint32_t n
 }
 
 /* Under the pool's lock and c's: the blocks of c's front that the stream has not taken back
- * within its last `age` frees go into the heap (age 0: all of them). Within a bin the oldest lie first.
- * With `due` (a miss), only when FRONT_AGE / 4 frees have passed since the last such look (a
- * walk of the front: not on every miss); but a front past its bound holds only the block of
- * the size the stream asked last (front_admits), and a miss asks another size: that block is
- * no repeat, and goes at once, to merge back into its chunk (which may serve this very miss).
- * Returns how many blocks went. */
+ * within its last `age` frees go into the heap (age 0: all of them). Within a bin the oldest
+ * lie first. With `due` (a miss), only when FRONT_AGE / 4 frees have passed since the last such
+ * look (a walk of the front: not on every miss); but a front past its bound holds only the
+ * block of the size the stream asked last (front_admits), and a miss asks another size: that
+ * block is no repeat, and goes at once, to merge back into its chunk (which may serve this
+ * very miss). Returns how many blocks went. */
 uint32_t spool__front_spill_held(spool_pool *p, spool__scache *c, uint64_t age, bool due) {
   uint32_t spilled = 0;
   if (due && c->c.bytes_cached > front_bound(p, c)) {

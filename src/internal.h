@@ -263,9 +263,9 @@ struct spool__pending;
 struct spool__chunk;
 
 /* One block of a chunk: used (a live buffer or one in a front bin) or a free range. Records sit
- * in slabs and keep their address while the block exists. */
-/* A block's record. The fit and the merges read its first cache line only (records are
- * line-aligned): its range, neighbours, bin links, owner, state and band. */
+ * in slabs, line-aligned, and keep their address while the block exists; the fit and the merges
+ * read a record's first cache line only: its range, neighbours, bin links, owner, state and
+ * band. */
 typedef struct spool__block {
   alignas(SPOOL__CACHE_LINE) uintptr_t addr;
   uint64_t bytes;

@@ -25,8 +25,8 @@ static spool_status grow(spool__index *x) {
   size_t cap = x->cap ? x->cap * 2 : 64;
   spool__index_slot *slots = calloc(cap, sizeof *slots);
   if (!slots)
-    return spool__fail(SPOOL_ERR_HOST_OOM, "spool: no host memory to grow a buffer index to %zu entries",
-                       cap);
+    return spool__fail(SPOOL_ERR_HOST_OOM,
+                       "spool: no host memory to grow a buffer index to %zu entries", cap);
   spool__index old = *x;
   x->slots = slots;
   x->cap = cap;

@@ -15,8 +15,6 @@
 
 #include "internal.h"
 
-#include <stdalign.h>
-
 void *__real_malloc(size_t size);
 void *__real_calloc(size_t n, size_t size);
 void *__real_realloc(void *p, size_t size);
@@ -239,9 +237,7 @@ START_TEST(a_pool_create_without_host_memory_leaves_nothing) {
     spool_pool *p = TEST_SENTINEL;
     seen = 0;
     fail_at = k;
-    counting = true;
-    spool_status st = spool_pool_create(&p, &cfg);
-    counting = false;
+    spool_status st = COUNTED(spool_pool_create(&p, &cfg));
     fail_at = 0;
     if (k == 0) {
       made = seen;
