@@ -134,6 +134,7 @@ static unsigned next_class(const spool__bins *x, unsigned c) {
  * need's own class holds sizes on both sides of it and is searched (a short walk: one class is
  * at most 1/8 wide). */
 static spool__block *bins_fit(const spool__bins *x, uint64_t need) {
+  if (x->bytes < need) return NULL; /* no range that large: often a stream's own bins */
   unsigned c = spool__class_of(need);
   spool__block *best = NULL;
   for (spool__block *b = x->head[c]; b; b = b->fnext)
@@ -358,7 +359,7 @@ spool__block *spool__heap_add_chunk(spool_pool *p, spool__pending *own, uintptr_
   }
   *c = (spool__chunk){.addr = addr, .bytes = bytes, .band = (uint8_t)spool__band_of(need),
                       .first = b, .last = b, .next = h->chunks, .malloced = malloced,
-                      .creator = own,
+                      .creator = own, .seq = h->chunk_allocs,
                       .nvtx = malloced ? spool__nvtx_heap(p, addr, bytes) : NULL};
   if (h->chunks) h->chunks->prev = c;
   h->chunks = c;
@@ -483,44 +484,60 @@ static bool may_go(const spool__heap *h, const spool__chunk *c, const spool__pen
          !(c->malloced && idle);
 }
 
-/* Whether any chunk may go back. The empty list is oldest first: the look ends at the first
- * that has not been empty for idle, so that on most calls it reads one chunk. */
-static bool any_may_go(const spool__heap *h, const spool__pending *own, uint64_t idle) {
-  for (const spool__chunk *c = h->empty_head; c && h->allocs - c->empty_since >= idle;
-       c = c->enext)
-    if (may_go(h, c, own, idle)) return true;
-  return false;
+/* Gives the empty chunk c back on stream; on failure it stays in the heap. */
+static spool_status chunk_give(spool_pool *p, spool__chunk *c, cudaStream_t stream,
+                               const char *ctx) {
+  spool__block *b = c->first;
+  const char *api;
+  unregister_heap(p, c);
+  cudaError_t err = spool__chunk_put(c->addr, c->malloced, stream, &api);
+  if (err != cudaSuccess) {
+    char size[SPOOL__SIZE_TEXT];
+    return spool__fail_cuda(err, api, "%s: giving a free chunk of %s at %p back to the pool on "
+                            "stream %p (it stays in the heap)", ctx,
+                            spool__format_size(c->bytes, size), (void *)c->addr,
+                            (void *)stream);
+  }
+  if (SPOOL__UNLIKELY(p->trace))
+    spool__trace_chunk(p, SPOOL_TRACE_CHUNK_FREE, c->addr, c->bytes, stream);
+  unlist(&p->heap, b);
+  record_drop(&p->heap, b);
+  chunk_drop(p, c);
+  return SPOOL_OK;
 }
+
+#define GIVE_BATCH 16 /* chunks one look gives back in order without walking every chunk */
 
 spool_status spool__heap_free_empty(spool_pool *p, spool__pending *own, cudaStream_t stream,
                                     uint64_t idle, const char *ctx) {
   spool__heap *h = &p->heap;
-  if (!any_may_go(h, own, idle)) return SPOOL_OK;
-  /* They go in the heap's chunk order, newest first, as the GPU measurements of the pool's
+  /* They go newest first (the heap's chunk order), as the GPU measurements of the pool's
    * reserved memory were taken: the order of cudaFreeAsync calls decides where the pool puts
-   * later chunks, so it is kept. */
-  spool__chunk *next;
-  for (spool__chunk *c = h->chunks; c; c = next) {
-    next = c->next;
-    if (!c->empty || !may_go(h, c, own, idle)) continue;
-    spool__block *b = c->first;
-    const char *api;
-    unregister_heap(p, c);
-    cudaError_t err = spool__chunk_put(c->addr, c->malloced, stream, &api);
-    if (err != cudaSuccess) {
-      char size[SPOOL__SIZE_TEXT];
-      return spool__fail_cuda(err, api, "%s: giving a free chunk of %s at %p back "
-                              "to the pool on stream %p (it stays in the heap)", ctx,
-                              spool__format_size(c->bytes, size), (void *)c->addr,
-                              (void *)stream);
+   * later chunks, so it is kept. A few come off the empty list, sorted; more walk every chunk. */
+  spool__chunk *go[GIVE_BATCH];
+  unsigned n = 0;
+  bool many = false;
+  for (spool__chunk *c = h->empty_head; c && h->allocs - c->empty_since >= idle; c = c->enext) {
+    if (!may_go(h, c, own, idle)) continue;
+    if (n == GIVE_BATCH) {
+      many = true;
+      break;
     }
-    if (SPOOL__UNLIKELY(p->trace))
-      spool__trace_chunk(p, SPOOL_TRACE_CHUNK_FREE, c->addr, c->bytes, stream);
-    unlist(h, b);
-    record_drop(h, b);
-    chunk_drop(p, c);
+    unsigned i = n++;
+    for (; i > 0 && go[i - 1]->seq < c->seq; i--) go[i] = go[i - 1];
+    go[i] = c;
   }
-  return SPOOL_OK;
+  spool_status s = SPOOL_OK;
+  if (!many) {
+    for (unsigned i = 0; i < n && s == SPOOL_OK; i++) s = chunk_give(p, go[i], stream, ctx);
+    return s;
+  }
+  spool__chunk *next;
+  for (spool__chunk *c = h->chunks; c && s == SPOOL_OK; c = next) {
+    next = c->next;
+    if (c->empty && may_go(h, c, own, idle)) s = chunk_give(p, c, stream, ctx);
+  }
+  return s;
 }
 
 void spool__heap_idle(spool_pool *p, spool__pending *own, cudaStream_t stream) {

@@ -286,6 +286,7 @@ typedef struct spool__chunk {
   uintptr_t addr;
   uint64_t bytes;
   uint64_t empty_since; /* the heap's allocation count when it last became all free */
+  uint64_t seq;         /* chunks taken before it: the heap's list runs newest first */
   spool__block *first, *last; /* its blocks in address order, from both ends */
   struct spool__chunk *prev, *next;
   struct spool__chunk *eprev, *enext; /* the heap's list of empty chunks, while it is one */
@@ -298,9 +299,9 @@ typedef struct spool__chunk {
 
 /* An index of free ranges: a list per size class and a bitmap of the classes in use. */
 typedef struct spool__bins {
-  spool__block *head[SPOOL__CLASSES];
+  uint64_t bytes; /* first, beside the map: a fit reads no list head of bins too small */
   uint64_t map[SPOOL__BIN_WORDS];
-  uint64_t bytes;
+  spool__block *head[SPOOL__CLASSES];
 } spool__bins;
 
 /* What the heap keeps per stream: the ranges freed on it that other streams may not take yet,
