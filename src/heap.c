@@ -380,16 +380,24 @@ static SPOOL__INLINE bool front_alloc(spool_pool *p, void **ptr, size_t size,
   spool__scache *c;
   *s = cache_of(p, stream, &c, ALLOC);
   if (SPOOL__UNLIKELY(*s != SPOOL_OK)) return true;
+  held h = enter(c);
+  unsigned cls = spool__class_of(size);
+  /* The block a hit would take has a cold record: its load runs during the driver's queries. */
+  const spool__bin *top = &c->bins[cls];
+  if (top->count) __builtin_prefetch(top->items[top->count - 1], 1);
   if (p->cfg.capture_check) {
     bool capturing = false;
     *s = spool__stream_capturing(stream, &capturing, ALLOC);
-    if (SPOOL__UNLIKELY(*s != SPOOL_OK)) return true;
-    if (SPOOL__UNLIKELY(capturing)) return false;
+    if (SPOOL__UNLIKELY(*s != SPOOL_OK || capturing)) {
+      leave(c, h);
+      return *s != SPOOL_OK;
+    }
   }
   *s = device_ok(p, c, stream); /* after the capture check: it would break a capture */
-  if (SPOOL__UNLIKELY(*s != SPOOL_OK)) return true;
-  held h = enter(c);
-  unsigned cls = spool__class_of(size);
+  if (SPOOL__UNLIKELY(*s != SPOOL_OK)) {
+    leave(c, h);
+    return true;
+  }
   c->last_cls = cls;
   unsigned from;
   spool__buffer *b = pop(p, c, cls, size, &from);
@@ -664,10 +672,17 @@ static SPOOL__INLINE spool__free_result front_free(spool_pool *p, void *ptr, cud
                                                    spool__buffer *dead) {
   spool__scache *c;
   bool capturing;
-  *s = freeing_cache(p, stream, &c, &capturing);
+  *s = cache_of(p, stream, &c, FREE);
   if (*s != SPOOL_OK) return SPOOL__FREE_DONE;
   held h = enter(c);
+  /* The index slot and the record are cold lines: their loads run during the capture query. */
   spool__buffer *b = front_rec(c, (uintptr_t)ptr);
+  if (b) __builtin_prefetch(b, 1);
+  *s = free_capturing(p, stream, &capturing);
+  if (*s != SPOOL_OK) {
+    leave(c, h);
+    return SPOOL__FREE_DONE;
+  }
   if (!b || b->state == SPOOL__CACHED) {
     if (b) *dead = *b;
     leave(c, h);
