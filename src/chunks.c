@@ -27,6 +27,7 @@
 #include "capture.h"
 #include "trace_format.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -132,18 +133,19 @@ static unsigned next_class(const spool__bins *x, unsigned c) {
 
 /* Ranges of need's own class a fit looks at: each is a cold record, and a list can grow long
  * (small ranges in 2 MiB chunks). The sim's workloads place as well with 4 as with the whole
- * list (churn 1.12 against 1.13); with 1, churn took 1.15, and with none random 31x. */
+ * list (churn 1.12 against 1.13); with 1, churn took 1.15, and with none random 31x. A fit out
+ * of memory looks at every range: a request that fits a free range is never refused. */
 #define FIT_WALK 4
 
-/* A small block of at least need bytes, or NULL: the smallest of the first FIT_WALK ranges of
+/* A small block of at least need bytes, or NULL: the smallest of the first `walk` ranges of
  * need's own class that fit (the class holds sizes on both sides of need), else the smallest of
  * the first class above that has one (all of its ranges fit). */
-static spool__block *bins_fit(const spool__bins *x, uint64_t need) {
+static spool__block *bins_fit(const spool__bins *x, uint64_t need, unsigned walk) {
   if (x->bytes < need) return NULL; /* no range that large: often a stream's own bins */
   unsigned c = spool__class_of(need);
   spool__block *best = NULL;
   unsigned walked = 0;
-  for (spool__block *b = x->head[c]; b && walked < FIT_WALK; b = b->fnext, walked++)
+  for (spool__block *b = x->head[c]; b && walked < walk; b = b->fnext, walked++)
     if (b->bytes >= need && (!best || b->bytes < best->bytes)) best = b;
   if (best) return best;
   unsigned k = next_class(x, c + 1);
@@ -297,8 +299,9 @@ spool__block *spool__heap_fit(spool_pool *p, spool__pending *own, uint64_t need,
   spool__block *b = NULL;
   unsigned band = spool__band_of(need), from = band;
   for (; !b && band < SPOOL__BANDS; band++) {
-    spool__block *mine = bins_fit(&own->bins[band], need);
-    spool__block *any = bins_fit(&h->shared[band], need);
+    unsigned walk = wide ? UINT_MAX : FIT_WALK;
+    spool__block *mine = bins_fit(&own->bins[band], need, walk);
+    spool__block *any = bins_fit(&h->shared[band], need, walk);
     b = !any || (mine && mine->bytes <= any->bytes) ? mine : any;
     if (!wide) break;
   }

@@ -339,7 +339,8 @@ uint64_t spool__chunk_size(uint64_t need);
 
 /* A used block of need bytes for own's stream, from its own pending ranges or the shared ones
  * (the smaller fit) of need's band, or with `wide` (out of memory) of the first band from there
- * up that has one, or NULL. A small block in a large chunk would pin it while it lives: only
+ * up that has one, or NULL. A fit looks at the first few ranges of need's own size class, with
+ * `wide` at all of them. A small block in a large chunk would pin it while it lives: only
  * when no chunk can be had. NULL also without host memory for a record. */
 spool__block *spool__heap_fit(spool_pool *pool, spool__pending *own, uint64_t need, bool wide);
 /* A used block of need bytes from the top of a chunk own's stream took for a larger band, out

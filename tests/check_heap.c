@@ -273,6 +273,37 @@ START_TEST(sim_request_that_fits_max_size_succeeds) {
 }
 END_TEST
 
+/* A full pool still finds the one free range that fits, however many smaller ranges of its size
+ * class a fit meets first. One 2 MiB chunk (max_size) holds a 72 KiB range, then five of 65 KiB
+ * freed after it (a class's list runs newest first; no fence moves any of them), each between
+ * kept blocks, and is full otherwise: a request of 70 KiB takes the 72 KiB range. */
+START_TEST(sim_full_pool_finds_the_range_that_fits_behind_smaller_ones) {
+  spool_pool *p = test_pool_with("max_size=2MiB, front_limit=0, fence_every=65536");
+  cudaStream_t s = test_stream_create();
+  enum { RANGES = 6 };
+  void *free_later[RANGES], *keep[RANGES];
+  for (int i = 0; i < RANGES; i++) {
+    free_later[i] = test_alloc_on(p, (i == 0 ? 72 : 65) * KiB, s);
+    keep[i] = test_alloc_on(p, 4 * KiB, s);
+  }
+  /* the rest of the chunk: 2048 - 76 - 5 * 69 KiB */
+  void *fill1 = test_alloc_on(p, 1024 * KiB, s), *fill2 = test_alloc_on(p, 603 * KiB, s);
+  ck_assert_uint_eq(test_stats(p).chunk_allocs, 1);
+  for (int i = 0; i < RANGES; i++) CK_SPOOL(spool_free(p, free_later[i], s));
+  heap_ok(p);
+  void *x = NULL;
+  CK_SPOOL(spool_alloc(p, &x, 70 * KiB, s));
+  ck_assert_ptr_eq(x, free_later[0]);
+  heap_ok(p);
+  CK_SPOOL(spool_free(p, x, s));
+  for (int i = 0; i < RANGES; i++) CK_SPOOL(spool_free(p, keep[i], s));
+  CK_SPOOL(spool_free(p, fill1, s));
+  CK_SPOOL(spool_free(p, fill2, s));
+  test_pool_destroy(p);
+  test_stream_destroy(s);
+}
+END_TEST
+
 typedef struct handler_state {
   cudaStream_t stream;
   void *held;
@@ -593,6 +624,7 @@ static Suite *heap_suite(void) {
   tcase_add_test(tc, sim_request_that_fits_the_device_succeeds);
   tcase_add_test(tc, sim_small_request_at_the_limit_takes_a_larger_bands_free_range);
   tcase_add_test(tc, sim_request_that_fits_max_size_succeeds);
+  tcase_add_test(tc, sim_full_pool_finds_the_range_that_fits_behind_smaller_ones);
   tcase_add_test(tc, sim_retry_after_handler_sees_what_it_freed);
   tcase_add_test(tc, sim_one_buffer_streams_publish_nothing_after_their_first);
   tcase_add_test(tc, sim_oom_message_names_idle_bytes_and_largest_block);
