@@ -313,6 +313,51 @@ START_TEST(trace_marks_the_calls_made_under_a_capture) {
 }
 END_TEST
 
+/* Chunks that went idle go back to the pool newest first, in whatever order they emptied (the
+ * order of cudaFreeAsync calls decides where the pool puts later chunks), and the trace shows
+ * each as it goes. n: chunks, emptied in a scrambled order; a look sorts a few itself and walks
+ * every chunk for more. */
+static void idle_chunks_go_back_newest_first(int n, const char *name) {
+  char path[256];
+  trace_path(name, path);
+  spool_pool *p = traced_pool(path, "chunk_idle=16, front_limit=0");
+  cudaStream_t s = test_stream_create();
+  void *big[32];
+  ck_assert_int_le(n, 32);
+  for (int i = 0; i < n; i++) big[i] = test_alloc_on(p, 20 * MiB, s); /* a chunk each */
+  void *x = test_alloc_on(p, 8 * KiB, s); /* another size last: the frees go into the heap */
+  for (int i = 0; i < n; i++) CK_SPOOL(spool_free(p, big[i * 7 % n], s));
+  for (int i = 0; i < 300; i++) /* misses in the small band: the looks for idle chunks */
+    CK_SPOOL(spool_free(p, test_alloc_on(p, (size_t)(4 + i % 3 * 60) * KiB, s), s));
+  ck_assert_uint_eq(test_stats(p).chunk_frees, (uint64_t)n);
+  CK_SPOOL(spool_free(p, x, s));
+  CK_SPOOL(spool_trace_flush(p));
+  tf_trace t;
+  load(path, &t);
+  size_t from = 0;
+  int k = n;
+  for (const tf_event *e; (e = next_of(&t, SPOOL_TRACE_CHUNK_FREE, &from)) != NULL;) {
+    if (e->size != 32 * MiB) continue;
+    ck_assert_int_gt(k, 0);
+    ck_assert_uint_eq(e->ptr, (uintptr_t)big[--k]); /* a block cut from its chunk's start */
+  }
+  ck_assert_int_eq(k, 0);
+  tf_free(&t);
+  test_pool_destroy(p);
+  test_stream_destroy(s);
+  unlink(path);
+}
+
+START_TEST(trace_shows_idle_chunks_going_back_newest_first) {
+  idle_chunks_go_back_newest_first(3, "idle3");
+}
+END_TEST
+
+START_TEST(trace_shows_many_idle_chunks_going_back_newest_first) {
+  idle_chunks_go_back_newest_first(20, "idle20");
+}
+END_TEST
+
 START_TEST(trace_off_writes_no_file) {
   spool_pool *p = test_pool_with(NULL);
   ck_assert_str_eq(spool_pool_config(p)->trace, "");
@@ -332,6 +377,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, trace_of_threads_numbers_every_event_once_in_order);
   tcase_add_test(tc, trace_marks_the_calls_made_under_a_capture);
   tcase_add_test(tc, trace_off_writes_no_file);
+  tcase_add_test(tc, trace_shows_idle_chunks_going_back_newest_first);
+  tcase_add_test(tc, trace_shows_many_idle_chunks_going_back_newest_first);
   suite_add_tcase(su, tc);
   return su;
 }
