@@ -43,10 +43,9 @@ def frames_of(maps, stack):
     """(module, file offset) from the interrupted instruction outwards: the handler's frames and
     the signal trampoline are dropped; return addresses step back into their call."""
     loc = [module_of(maps, a) for a in stack]
-    start = 0
-    for i, (m, _) in enumerate(loc):
-        if 'sampler' in os.path.basename(m):
-            start = i + 1
+    start = 0  # the first frames are the handler's, in the preloaded sampler
+    while start < len(loc) and loc[start][0] == loc[0][0]:
+        start += 1
     if start < len(loc) and 'libc' in os.path.basename(loc[start][0]):
         start += 1  # __restore_rt
     return [(m, o if i == 0 else o - 1) for i, (m, o) in enumerate(loc[start:])]
