@@ -1,6 +1,7 @@
 /* The stream-ordered heap under the per-stream fronts: chunks taken from the pool with
- * cudaMallocFromPoolAsync, and blocks placed in them by a segregated best fit that splits on
- * allocation and coalesces on free (boundary tags: each block knows its neighbours).
+ * cudaMallocFromPoolAsync, and blocks placed in them by a segregated near best fit (FIT_WALK)
+ * that splits on allocation and coalesces on free (boundary tags: each block knows its
+ * neighbours).
  *
  * Why a heap and not size-class caches: a block that can be split and merged serves any later
  * size, so a stream keeps about what it uses instead of one block of every size it has seen,
