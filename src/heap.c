@@ -382,10 +382,10 @@ static SPOOL__INLINE bool front_alloc(spool_pool *p, void **ptr, size_t size,
   if (SPOOL__UNLIKELY(*s != SPOOL_OK)) return true;
   held h = enter(c);
   unsigned cls = spool__class_of(size);
-  /* The block a hit would take has a cold record: its load runs during the driver's queries. */
-  const spool__bin *top = &c->bins[cls];
-  if (top->count) __builtin_prefetch(top->items[top->count - 1], 1);
   if (p->cfg.capture_check) {
+    /* The block a hit would take has a cold record: its load runs during the driver's query. */
+    const spool__bin *top = &c->bins[cls];
+    if (top->count) __builtin_prefetch(top->items[top->count - 1], 1);
     bool capturing = false;
     *s = spool__stream_capturing(stream, &capturing, ALLOC);
     if (SPOOL__UNLIKELY(*s != SPOOL_OK || capturing)) {
@@ -677,7 +677,7 @@ static SPOOL__INLINE spool__free_result front_free(spool_pool *p, void *ptr, cud
   held h = enter(c);
   /* The index slot and the record are cold lines: their loads run during the capture query. */
   spool__buffer *b = front_rec(c, (uintptr_t)ptr);
-  if (b) __builtin_prefetch(b, 1);
+  if (b && p->cfg.capture_check) __builtin_prefetch(b, 1);
   *s = free_capturing(p, stream, &capturing);
   if (*s != SPOOL_OK) {
     leave(c, h);
