@@ -53,9 +53,45 @@ spool__scache *spool__front_find(spool_pool *p, cudaStream_t key, uint64_t threa
   return NULL;
 }
 
+/* Pools destroyed so far, and the ids of the last DEAD_RING of them. A thread's slots of a
+ * destroyed pool would never match again (ids are not reused) but would keep a later pool's
+ * streams off their own slots, so that each lookup probed past them: a thread clears them at its
+ * next slow lookup. */
+#define DEAD_RING 64
+static pthread_mutex_t dead_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_uint_fast64_t dead_count;
+static uint64_t dead_ids[DEAD_RING]; /* guarded by dead_lock */
+static _Thread_local uint64_t dead_seen; /* dead_count when this thread last cleared its slots */
+
+void spool__front_pool_gone(uint64_t pool_id) {
+  pthread_mutex_lock(&dead_lock);
+  uint64_t n = atomic_load_explicit(&dead_count, memory_order_relaxed);
+  dead_ids[n % DEAD_RING] = pool_id;
+  atomic_store_explicit(&dead_count, n + 1, memory_order_relaxed);
+  pthread_mutex_unlock(&dead_lock);
+}
+
+/* Empties this thread's slots of pools destroyed since it last looked; when more went than the
+ * ring remembers, every slot (a live stream's slot is found again on its next slow lookup). */
+static void clear_dead_slots(void) {
+  if (atomic_load_explicit(&dead_count, memory_order_relaxed) == dead_seen) return;
+  pthread_mutex_lock(&dead_lock);
+  uint64_t n = atomic_load_explicit(&dead_count, memory_order_relaxed);
+  bool all = n - dead_seen > DEAD_RING;
+  for (unsigned i = 0; i < SPOOL__FRONT_SLOTS; i++) {
+    spool__front_slot *slot = &spool__front_slots[i];
+    bool dead = all;
+    for (uint64_t k = dead_seen; !dead && k < n; k++) dead = dead_ids[k % DEAD_RING] == slot->pool;
+    if (dead) *slot = (spool__front_slot){0, NULL, NULL};
+  }
+  dead_seen = n;
+  pthread_mutex_unlock(&dead_lock);
+}
+
 /* The slot a new stream takes: the first empty one from its own (stream_slot), else the next
  * in a round robin. */
 static unsigned free_slot(cudaStream_t key) {
+  clear_dead_slots();
   unsigned i = stream_slot(key);
   for (unsigned n = 0; n < SPOOL__FRONT_SLOTS; n++, i = (i + 1) & (SPOOL__FRONT_SLOTS - 1))
     if (!spool__front_slots[i].cache) return i;

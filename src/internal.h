@@ -408,6 +408,10 @@ typedef struct spool__bin {
  * memory, bin unchanged. (track.c) */
 bool spool__bin_grow(spool__bin *bin);
 
+/* Tells the fronts that the pool of this id is gone: every thread's lookup slots of it become
+ * free at that thread's next first use of a stream. Thread safe; no CUDA calls. */
+void spool__front_pool_gone(uint64_t pool_id);
+
 /* What one stream cache has counted; summed over the caches for spool_stats. bytes_cached: in
  * the front bins. */
 typedef struct spool__cache_counters {

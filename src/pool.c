@@ -441,6 +441,7 @@ spool_status spool_pool_destroy(spool_pool *pool) {
         spool__also_failed(s, err, "cudaMemPoolDestroy (the cudaMemPool stays)");
     }
   }
+  spool__front_pool_gone(pool->id);
   pool_free(pool);
   return s;
 }

@@ -635,6 +635,29 @@ START_TEST(cache_quarantine_ring_grows_in_order) {
 }
 END_TEST
 
+/* A destroyed pool's lookup slots go to the next pool's streams: none is left to stand between
+ * a stream and its own slot, and each stream of the new pool is found in the slot it was given
+ * first (its own, the slots being empty again). */
+START_TEST(cache_destroyed_pools_slots_are_freed_for_the_next_pool) {
+  enum { STREAMS = SPOOL__FRONT_SLOTS };
+  cudaStream_t s[STREAMS];
+  for (int i = 0; i < STREAMS; i++) s[i] = test_stream_create();
+  spool_pool *a = pool_with(NULL);
+  uint64_t a_id = a->id;
+  for (int i = 0; i < STREAMS; i++) CK_SPOOL(spool_free(a, alloc_on(a, 4 * KiB, s[i]), s[i]));
+  test_pool_destroy(a);
+  spool_pool *b = pool_with(NULL);
+  CK_SPOOL(spool_free(b, alloc_on(b, 4 * KiB, s[0]), s[0]));
+  for (unsigned i = 0; i < SPOOL__FRONT_SLOTS; i++)
+    ck_assert_uint_ne(spool__front_slots[i].pool, a_id);
+  const spool__front_slot *home = &spool__front_slots[stream_slot(key_of(s[0]))];
+  ck_assert_uint_eq(home->pool, b->id);
+  ck_assert_ptr_eq(home->stream, key_of(s[0]));
+  test_pool_destroy(b);
+  for (int i = 0; i < STREAMS; i++) test_stream_destroy(s[i]);
+}
+END_TEST
+
 /* Out of memory, the caches go back first: a block cached on s1 makes room for s2. */
 START_TEST(cache_flushed_on_oom) {
   cudasim_set_capacity(0, 8 * MiB);
@@ -1025,6 +1048,7 @@ static Suite *cache_suite(void) {
   tcase_add_test(tc, cache_destroyed_stream_is_named);
   tcase_add_test(tc, cache_poison_failures_lose_nothing);
   tcase_add_test(tc, cache_quarantine_ring_grows_in_order);
+  tcase_add_test(tc, cache_destroyed_pools_slots_are_freed_for_the_next_pool);
   tcase_add_test(tc, cache_owners_handed_back_and_forth);
   suite_add_tcase(s, tc);
 #endif
