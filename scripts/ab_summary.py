@@ -10,7 +10,9 @@ spool and spool-tuned. The figure compared is, per workload kind:
   churn: ns a step over the loop, lower wins
   pipeline: host us to queue a frame, lower wins (its wall time is printed beside)
   threads: M pairs/s at the most threads run, higher wins
-Memory (reserved high and live high) is printed as the first round saw it.
+Beside the medians: the median over the rounds of each round's ratio to the first tree, which
+the host's changes of speed between rounds move less than they move the medians. Memory (reserved high and live high) is
+printed as the first round saw it.
 """
 import re
 import statistics
@@ -68,7 +70,8 @@ def main(path):
     for (wl, _, _) in rows:
         if wl not in workloads:
             workloads.append(wl)
-    print(f'medians; "won" counts the rounds a tree beat {base} in')
+    print(f'medians; "won" counts the rounds a tree beat {base} in; "x" is the median over the '
+          f'rounds of the tree\'s figure / {base}\'s in the same round')
     for wl in workloads:
         for strategy in ('spool', 'spool-tuned'):
             ref = {r[0]: r[1] for r in rows.get((wl, strategy, base), [])}
@@ -84,9 +87,11 @@ def main(path):
                 if tree != base:
                     won = sum(1 for r in got if r[0] in ref and
                               (r[1] >= ref[r[0]] if higher else r[1] <= ref[r[0]]))
-                    line += f'  won {won}/{len(got)}'
+                    ratios = [r[1] / ref[r[0]] for r in got if ref.get(r[0])]
+                    ratio = statistics.median(ratios) if ratios else float('nan')
+                    line += f'  won {won}/{len(got)}  x{ratio:.2f}'
                 else:
-                    line += ' ' * 11
+                    line += ' ' * 18
                 print(line + f'  all {" ".join(f"{r[1]:.1f}" for r in got)}  [{got[0][3]}]')
 
 
