@@ -11,8 +11,8 @@ spool and spool-tuned. The figure compared is, per workload kind:
   pipeline: host us to queue a frame, lower wins (its wall time is printed beside)
   threads: M pairs/s at the most threads run, higher wins
 Beside the medians: the median over the rounds of each round's ratio to the first tree, which
-the host's changes of speed between rounds move less than they move the medians. Memory (reserved high and live high) is
-printed as the first round saw it.
+the host's changes of speed between rounds move less than they move the medians. Memory
+(reserved high and live high) is printed as the first round saw it.
 """
 import re
 import statistics
