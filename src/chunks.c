@@ -299,8 +299,8 @@ spool__block *spool__heap_fit(spool_pool *p, spool__pending *own, uint64_t need,
   spool__heap *h = &p->heap;
   spool__block *b = NULL;
   unsigned band = spool__band_of(need), from = band;
+  unsigned walk = wide ? UINT_MAX : FIT_WALK;
   for (; !b && band < SPOOL__BANDS; band++) {
-    unsigned walk = wide ? UINT_MAX : FIT_WALK;
     spool__block *mine = bins_fit(&own->bins[band], need, walk);
     spool__block *any = bins_fit(&h->shared[band], need, walk);
     b = !any || (mine && mine->bytes <= any->bytes) ? mine : any;
