@@ -127,8 +127,8 @@ void spool__census_reset_peaks(spool_pool *p) {
     front_unlock(c);
   }
   pthread_mutex_unlock(&p->lock);
-  atomic_store(&p->peak_bytes, atomic_load(&p->total_bytes));
-  atomic_store(&p->peak_buffers, atomic_load(&p->total_buffers));
+  atomic_store(&p->peak_bytes, spool__totals_bytes(p));
+  atomic_store(&p->peak_buffers, spool__totals_buffers(p));
 }
 
 void spool__census_each_stream(spool_pool *p, void (*fn)(const spool__stream_idle *, void *),

@@ -98,6 +98,14 @@ static unsigned free_slot(cudaStream_t key) {
   return slot_next++ % SPOOL__FRONT_SLOTS;
 }
 
+/* Under the pool's lock: a new front takes the next share slot, while there is one. */
+static void give_share(spool_pool *p, spool__scache *c) {
+  unsigned n = atomic_load_explicit(&p->shares_used, memory_order_relaxed);
+  if (n == SPOOL__SHARES) return;
+  c->share = &p->shares[n];
+  atomic_store_explicit(&p->shares_used, n + 1, memory_order_release);
+}
+
 /* The first use of a stream by this thread (or its first since SPOOL__FRONT_SLOTS other
  * streams took the slots): find or make its front under the pool's lock, and give it a slot. */
 spool_status spool__front_of_slow(spool_pool *p, cudaStream_t key, spool__scache **out,
@@ -110,6 +118,7 @@ spool_status spool__front_of_slow(spool_pool *p, cudaStream_t key, spool__scache
     c->thread = thread;
     c->may_own = p->cfg.cache_owner && spool__barrier_available();
     if (c->may_own) atomic_store_explicit(&c->owner, spool__thread_id(), memory_order_relaxed);
+    give_share(p, c);
     c->next = p->caches;
     p->caches = c;
   }
@@ -132,30 +141,57 @@ static void atomic_max(atomic_uint_fast64_t *a, uint64_t v) {
   }
 }
 
+/* The shares' sum of bytes (or of buffers): each share read once, as its stream last stored it.
+ * A share written on another thread just now may be missed (the stores of two threads
+ * publishing at once may each pass the other's loads): the peak then misses a rise that two
+ * streams made at the same moment, not one that either made alone. */
+static inline uint64_t shares_sum(spool_pool *p, bool bytes) {
+  unsigned n = atomic_load_explicit(&p->shares_used, memory_order_acquire);
+  uint64_t sum = atomic_load_explicit(bytes ? &p->total_bytes : &p->total_buffers,
+                                      memory_order_relaxed);
+  for (unsigned i = 0; i < n; i++)
+    sum += atomic_load_explicit(bytes ? &p->shares[i].bytes : &p->shares[i].buffers,
+                                memory_order_relaxed);
+  return sum;
+}
+
+uint64_t spool__totals_bytes(spool_pool *p) { return shares_sum(p, true); }
+
+uint64_t spool__totals_buffers(spool_pool *p) { return shares_sum(p, false); }
+
 void spool__totals_add(spool_pool *p, int64_t bytes, int64_t buffers) {
   if (bytes) {
-    uint64_t b =
-        atomic_fetch_add_explicit(&p->total_bytes, (uint64_t)bytes, memory_order_relaxed);
-    if (bytes > 0) atomic_max(&p->peak_bytes, b + (uint64_t)bytes);
+    atomic_fetch_add_explicit(&p->total_bytes, (uint64_t)bytes, memory_order_relaxed);
+    if (bytes > 0) atomic_max(&p->peak_bytes, shares_sum(p, true));
   }
   if (buffers) {
-    uint64_t n =
-        atomic_fetch_add_explicit(&p->total_buffers, (uint64_t)buffers, memory_order_relaxed);
-    if (buffers > 0) atomic_max(&p->peak_buffers, n + (uint64_t)buffers);
+    atomic_fetch_add_explicit(&p->total_buffers, (uint64_t)buffers, memory_order_relaxed);
+    if (buffers > 0) atomic_max(&p->peak_buffers, shares_sum(p, false));
   }
 }
 
-/* These put c's share of the pool-wide totals at its current in-use. Under c's lock. Differences
- * of unsigned counters wrap to the signed change. */
-void spool__front_publish_bytes(spool_pool *p, spool__scache *c) {
-  spool__totals_add(p, (int64_t)(c->c.bytes_in_use - c->pub_bytes), 0);
-  c->pub_bytes = c->c.bytes_in_use;
+/* One of c's two figures (its bytes or its buffers in use) published as it is now: a store
+ * into its share, judging the peak on a rise, or without a share the change added to the
+ * totals. Under c's lock. Differences of unsigned counters wrap to the signed change. */
+static inline void publish_figure(spool_pool *p, spool__scache *c, bool bytes) {
+  uint64_t *pub = bytes ? &c->pub_bytes : &c->pub_buffers;
+  uint64_t now = bytes ? c->c.bytes_in_use : c->c.buffers_in_use;
+  if (!c->share) {
+    int64_t d = (int64_t)(now - *pub);
+    spool__totals_add(p, bytes ? d : 0, bytes ? 0 : d);
+  } else {
+    atomic_store_explicit(bytes ? &c->share->bytes : &c->share->buffers, now,
+                          memory_order_relaxed);
+    if (now > *pub) atomic_max(bytes ? &p->peak_bytes : &p->peak_buffers, shares_sum(p, bytes));
+  }
+  *pub = now;
 }
+
+void spool__front_publish_bytes(spool_pool *p, spool__scache *c) { publish_figure(p, c, true); }
 
 /* The buffer count's share (see after_alloc and after_free for when). */
 void spool__front_publish_buffers(spool_pool *p, spool__scache *c) {
-  spool__totals_add(p, 0, (int64_t)(c->c.buffers_in_use - c->pub_buffers));
-  c->pub_buffers = c->c.buffers_in_use;
+  publish_figure(p, c, false);
 }
 
 void spool__front_publish(spool_pool *p, spool__scache *c) {

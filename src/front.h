@@ -151,8 +151,9 @@ void spool__front_publish_buffers(spool_pool *p, spool__scache *c);
  * kept exact by make_live, the one place its use grows) is a floor for it: one stream's peak
  * is exact. A stream whose use moves within 1 MiB and one buffer (one buffer live at a time)
  * publishes nothing after its first allocation, so threads on their own streams share no
- * written line; one that moves by more (a 64 MiB pair) publishes its bytes only, one atomic
- * per operation. After an allocation, the rise: */
+ * written line; one that moves by more (a 64 MiB pair) publishes its bytes only: a store into
+ * its share per operation, and on a rise a read of every share (front.c). After an
+ * allocation, the rise: */
 static inline void after_alloc(spool_pool *p, spool__scache *c) {
   if (c->c.bytes_in_use > c->pub_bytes + SPOOL__PUBLISH_SLACK) spool__front_publish_bytes(p, c);
   if (c->c.buffers_in_use > c->pub_buffers) spool__front_publish_buffers(p, c);
@@ -161,7 +162,14 @@ static inline void after_alloc(spool_pool *p, spool__scache *c) {
 /* The other way: a fall of a stream's use, by a free of its own or a move of its buffer to
  * another front. */
 static inline void after_free(spool_pool *p, spool__scache *c) {
-  if (c->pub_bytes > c->c.bytes_in_use + SPOOL__PUBLISH_SLACK) spool__front_publish_bytes(p, c);
+  if (c->pub_bytes > c->c.bytes_in_use + SPOOL__PUBLISH_SLACK) {
+    if (c->share) { /* a fall raises no peak: the store alone, inline */
+      c->pub_bytes = c->c.bytes_in_use;
+      atomic_store_explicit(&c->share->bytes, c->pub_bytes, memory_order_relaxed);
+    } else {
+      spool__front_publish_bytes(p, c);
+    }
+  }
   if (c->pub_buffers > c->c.buffers_in_use + SPOOL__PUBLISH_SLACK_BUFFERS)
     spool__front_publish_buffers(p, c);
 }

@@ -420,6 +420,16 @@ typedef struct spool__cache_counters {
   uint64_t high; /* the highest of the streams' highs (spool__scache.high), not a sum */
 } spool__cache_counters;
 
+/* What one front's stream has in use, as it last published it: written by that stream's holder
+ * alone, with a plain store, so that a publication takes no atomic read-modify-write (a full
+ * barrier on x86, on every pair of large buffers); summed with the pool's totals by whoever
+ * judges the peak. A line of its own: each is written by another thread. */
+#define SPOOL__SHARES 32
+typedef struct spool__share {
+  alignas(SPOOL__CACHE_LINE) atomic_uint_fast64_t bytes;
+  atomic_uint_fast64_t buffers;
+} spool__share;
+
 /* One stream's cache. Only the threads using that stream take its lock, so threads on different
  * streams never wait for each other on a hit. Never freed before the pool: threads keep
  * pointers to it in their lookup slots. */
@@ -442,6 +452,7 @@ typedef struct spool__scache {
   spool__cache_counters c;
   uint64_t seq_next, seq_end; /* allocation numbers taken from the pool in batches */
   uint64_t pub_bytes, pub_buffers; /* what the pool's totals hold of this stream */
+  struct spool__share *share; /* where it publishes them (NULL: into the pool's totals) */
   uint64_t high;           /* bytes in use at their highest since the peaks were reset */
   uint64_t tick;           /* blocks put in the front so far */
   uint32_t front_blocks;   /* blocks in the front bins */
@@ -491,10 +502,12 @@ struct spool_pool {
   /* Written by every thread from time to time: a cache line of its own, so that the fields
    * above, read on every allocation, never bounce between cores. */
   alignas(SPOOL__CACHE_LINE) atomic_uint_fast64_t seq; /* the last allocation number */
-  /* Pool-wide totals, each stream's share as it last published it (see front.h): what the
-   * peaks are judged against without a lock on the hit path. */
+  /* Pool-wide totals (see front.h): the uncached path's and those of fronts past the share
+   * slots, added as they change; the peaks they and the shares are judged against. */
   atomic_uint_fast64_t total_bytes, total_buffers;
   atomic_uint_fast64_t peak_bytes, peak_buffers;
+  atomic_uint shares_used; /* slots of shares[] given to fronts, in order; never given back */
+  spool__share shares[SPOOL__SHARES];
   char pad_end[SPOOL__CACHE_LINE]; /* nor with whatever malloc puts after the pool */
   /* ipc.c */
   bool imported;         /* made by spool_pool_import: CUDA allows no allocations from it; set
@@ -665,6 +678,9 @@ spool_status spool__census_destroy(spool_pool *pool, bool leaks_freed);
 
 /* The pool-wide totals: the uncached path's changes, published at once. */
 void spool__totals_add(spool_pool *pool, int64_t bytes, int64_t buffers);
+/* The pool-wide bytes and buffers in use as published: the totals and every share. */
+uint64_t spool__totals_bytes(spool_pool *pool);
+uint64_t spool__totals_buffers(spool_pool *pool);
 
 /* ---- barrier.c ---------------------------------------------------------------------------- */
 

@@ -270,6 +270,11 @@ static spool_pool *pool_new(const spool_config *cfg, cudaMemPool_t handle, bool 
   atomic_init(&p->total_buffers, 0);
   atomic_init(&p->peak_bytes, 0);
   atomic_init(&p->peak_buffers, 0);
+  atomic_init(&p->shares_used, 0);
+  for (unsigned i = 0; i < SPOOL__SHARES; i++) {
+    atomic_init(&p->shares[i].bytes, 0);
+    atomic_init(&p->shares[i].buffers, 0);
+  }
   spool__nvtx_init(p);
   atomic_init(&p->aligned_live, 0);
   return p;

@@ -377,6 +377,32 @@ START_TEST(heap_peak_holds_across_streams) {
 }
 END_TEST
 
+/* Past the pool's 32 share slots a stream's front publishes into the pool's totals instead: forty streams,
+ * one 16 MiB temporary live at a time, and the peak still holds, within 1 MiB per stream. */
+enum { STREAMS_PAST_SHARES = 40 };
+#ifdef SPOOL_TEST_SIM
+_Static_assert(STREAMS_PAST_SHARES > SPOOL__SHARES, "the test must pass the share slots");
+#endif
+
+START_TEST(heap_peak_holds_across_more_streams_than_share_slots) {
+  enum { N = STREAMS_PAST_SHARES };
+  spool_pool *p = test_pool_with(NULL);
+  cudaStream_t s[N];
+  for (int i = 0; i < N; i++) s[i] = test_stream_create();
+  for (int round = 0; round < 3; round++)
+    for (int i = 0; i < N; i++) {
+      void *t = test_alloc_on(p, 16 * MiB, s[i]);
+      CK_SPOOL(spool_free(p, t, s[i]));
+    }
+  spool_stats st = test_stats(p);
+  ck_assert_uint_eq(st.bytes_in_use, 0);
+  ck_assert_uint_ge(st.bytes_in_use_peak, 16 * MiB);
+  ck_assert_uint_le(st.bytes_in_use_peak, 16 * MiB + N * MiB);
+  test_pool_destroy(p);
+  for (int i = 0; i < N; i++) test_stream_destroy(s[i]);
+}
+END_TEST
+
 /* The buffer count's peak across streams: within one buffer per other stream of what was ever
  * live at once, and exact where one stream's buffers are all freed before another's come. */
 START_TEST(heap_buffer_peak_holds_across_streams) {
@@ -409,7 +435,7 @@ END_TEST
 /* Streams that each hold one small buffer at a time write nothing pool-wide after their first
  * allocation (threads on their own streams then share no written line), and the peak still
  * holds: within one buffer per other stream. */
-static uint64_t published_buffers(spool_pool *p) { return atomic_load(&p->total_buffers); }
+static uint64_t published_buffers(spool_pool *p) { return spool__totals_buffers(p); }
 
 START_TEST(sim_one_buffer_streams_publish_nothing_after_their_first) {
   spool_pool *p = test_pool_with(NULL);
@@ -614,6 +640,7 @@ static Suite *heap_suite(void) {
   tcase_add_test(tc, heap_large_free_reaches_another_stream_with_fence_bytes);
   tcase_add_test(tc, heap_large_front_block_returns_on_a_miss_of_another_size);
   tcase_add_test(tc, heap_peak_holds_across_streams);
+  tcase_add_test(tc, heap_peak_holds_across_more_streams_than_share_slots);
   tcase_add_test(tc, heap_buffer_peak_holds_across_streams);
   tcase_add_test(tc, heap_report_lists_streams);
   tcase_add_test(tc, heap_refusals_kept);
