@@ -312,6 +312,17 @@ spool__block *spool__heap_fit(spool_pool *p, spool__pending *own, uint64_t need,
   return u;
 }
 
+static void bins_prefetch(const spool__bins *x, unsigned c) {
+  __builtin_prefetch(&x->bytes);
+  __builtin_prefetch(&x->head[c]);
+}
+
+void spool__heap_fit_prefetch(spool_pool *p, spool__pending *own, uint64_t need) {
+  unsigned band = spool__band_of(need), c = spool__class_of(need);
+  bins_prefetch(&own->bins[band], c);
+  bins_prefetch(&p->heap.shared[band], c);
+}
+
 spool__block *spool__heap_fit_leftover(spool_pool *p, spool__pending *own, uint64_t need) {
   spool__heap *h = &p->heap;
   unsigned band = spool__band_of(need);

@@ -326,15 +326,16 @@ static spool_status adopt(spool_pool *p, spool__scache *c, spool__block *blk, si
 
 /* A front miss: the front's stale blocks go into the heap, and the heap serves the request
  * (from the stream's own free ranges, the shared ones, those another stream's fence has just
- * made shared, the rest of the front merged in, or a new chunk). The front stays locked from
+ * made shared, the rest of the front merged in, or a new chunk). The front stays held from
  * the spill to the new block's record: the pool's lock, held throughout, keeps every other
  * thread that could want it (a free from another stream, a stats read) waiting anyway. */
 static SPOOL__NOINLINE spool_status miss(spool_pool *p, spool__scache *c, void **ptr,
                                          size_t size, cudaStream_t stream,
                                          const spool__site *site) {
   uint64_t need = ((uint64_t)size + SPOOL__MIN_BLOCK - 1) / SPOOL__MIN_BLOCK * SPOOL__MIN_BLOCK;
+  spool__heap_fit_prefetch(p, &c->pend, need);
   pthread_mutex_lock(&p->lock);
-  front_lock(c);
+  held h = enter(c); /* after the pool's lock: a thread taking the front back waits outside */
   spool__front_spill_held(p, c, SPOOL__FRONT_AGE, true);
   bool brief_miss = spool__front_spill_below_held(p, c, spool__class_of(size));
   spool__heap_stream_op(p, &c->pend, stream);
@@ -347,7 +348,7 @@ static SPOOL__NOINLINE spool_status miss(spool_pool *p, spool__scache *c, void *
   spool_status s = SPOOL_OK;
   bool taken = blk && !p->cfg.poison, fence = false; /* the common case: one critical section */
   if (taken) s = adopt_held(p, c, blk, size, stream, site, &fence);
-  front_unlock(c);
+  leave(c, h);
   if (taken) settle(p, c, blk, stream, s, fence);
   pthread_mutex_unlock(&p->lock);
   if (!taken) {
@@ -552,6 +553,9 @@ static void to_heap(spool_pool *p, spool__scache *c, spool__buffer *b, cudaStrea
     pthread_mutex_lock(&p->lock);
     h = enter(c);
   }
+  /* The neighbours the release may merge with are cold: they load during the index's work. */
+  __builtin_prefetch(b->blk->prev);
+  __builtin_prefetch(b->blk->next);
   spool__index_remove(&c->blocks, b->ptr);
   leave(c, h);
   uint64_t bytes = b->bytes;

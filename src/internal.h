@@ -343,6 +343,10 @@ uint64_t spool__chunk_size(uint64_t need);
  * `wide` at all of them. A small block in a large chunk would pin it while it lives: only
  * when no chunk can be had. NULL also without host memory for a record. */
 spool__block *spool__heap_fit(spool_pool *pool, spool__pending *own, uint64_t need, bool wide);
+/* Starts the loads of the lines a fit of need bytes for own will read first (its bins' bytes
+ * and maps, and the list heads of need's class), so that they arrive while the caller takes
+ * the pool's lock and spills its front. Reads nothing itself: safe without the lock. */
+void spool__heap_fit_prefetch(spool_pool *pool, spool__pending *own, uint64_t need);
 /* A used block of need bytes from the top of a chunk own's stream took for a larger band, out
  * of the free range that ends it, when that range is own's or shared and too small for any
  * request of the chunk's band (no block of that band could use it), or NULL. For a brief
