@@ -105,8 +105,7 @@ START_TEST(heap_idle_chunk_goes_back) {
   cudaStream_t s = test_stream_create();
   void *mid = test_alloc_on(p, 3 * MiB, s);
   CK_SPOOL(spool_free(p, mid, s));
-  for (int i = 0; i < 300; i++) /* sizes that miss the front, in the small band */
-    CK_SPOOL(spool_free(p, test_alloc_on(p, (size_t)(4 + i % 3 * 60) * KiB, s), s));
+  test_small_band_misses(p, s);
   spool_stats st = test_stats(p);
   ck_assert_uint_eq(st.chunk_frees, 1);
   ck_assert_uint_eq(st.bytes_heap, 2 * MiB);
@@ -125,8 +124,7 @@ START_TEST(heap_idle_chunk_pending_elsewhere_stays_and_holds_nothing_back) {
   CK_SPOOL(spool_free(p, a, s1));
   void *x = test_alloc_on(p, 8 * KiB, s1); /* a miss of another size: a goes into the heap */
   CK_SPOOL(spool_free(p, b, s2));
-  for (int i = 0; i < 300; i++) /* misses on s2, in the small band: b goes in, then the looks */
-    CK_SPOOL(spool_free(p, test_alloc_on(p, (size_t)(4 + i % 3 * 60) * KiB, s2), s2));
+  test_small_band_misses(p, s2); /* b goes in, then the looks */
   spool_stats st = test_stats(p);
   ck_assert_uint_eq(st.chunk_allocs, 4); /* a's and b's 32 MiB, a small one each */
   ck_assert_uint_eq(st.chunk_frees, 1);  /* b's */

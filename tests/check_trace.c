@@ -327,8 +327,7 @@ static void idle_chunks_go_back_newest_first(int n, const char *name) {
   for (int i = 0; i < n; i++) big[i] = test_alloc_on(p, 20 * MiB, s); /* a chunk each */
   void *x = test_alloc_on(p, 8 * KiB, s); /* another size last: the frees go into the heap */
   for (int i = 0; i < n; i++) CK_SPOOL(spool_free(p, big[i * 7 % n], s));
-  for (int i = 0; i < 300; i++) /* misses in the small band: the looks for idle chunks */
-    CK_SPOOL(spool_free(p, test_alloc_on(p, (size_t)(4 + i % 3 * 60) * KiB, s), s));
+  test_small_band_misses(p, s);
   ck_assert_uint_eq(test_stats(p).chunk_frees, (uint64_t)n);
   CK_SPOOL(spool_free(p, x, s));
   CK_SPOOL(spool_trace_flush(p));

@@ -129,6 +129,14 @@ static inline void *test_alloc_on(spool_pool *p, size_t size, cudaStream_t s) {
   return ptr;
 }
 
+/* 300 pairs on s of small sizes that change every time (4, 64 and 124 KiB in turn): with
+ * front_limit=0 each is a heap operation in the small band, and enough heap allocations pass
+ * for every look for idle chunks (chunk_idle=16) to be due. */
+static inline void test_small_band_misses(spool_pool *p, cudaStream_t s) {
+  for (int i = 0; i < 300; i++)
+    CK_SPOOL(spool_free(p, test_alloc_on(p, (size_t)(4 + i % 3 * 60) * 1024, s), s));
+}
+
 static inline spool_stats test_stats(spool_pool *p) {
   spool_stats st;
   memset(&st, 0xEE, sizeof st);
