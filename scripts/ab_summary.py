@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """ab_summary: the medians of an A/B log of `scripts/gpu-lease ab`, and the rounds each tree
-won against the first.
+won against the first (the first round's first tree).
 
     python3 scripts/ab_summary.py AB_LOG
 
