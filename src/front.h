@@ -162,14 +162,7 @@ static inline void after_alloc(spool_pool *p, spool__scache *c) {
 /* The other way: a fall of a stream's use, by a free of its own or a move of its buffer to
  * another front. */
 static inline void after_free(spool_pool *p, spool__scache *c) {
-  if (c->pub_bytes > c->c.bytes_in_use + SPOOL__PUBLISH_SLACK) {
-    if (c->share) { /* a fall raises no peak: the store alone, inline */
-      c->pub_bytes = c->c.bytes_in_use;
-      atomic_store_explicit(&c->share->bytes, c->pub_bytes, memory_order_relaxed);
-    } else {
-      spool__front_publish_bytes(p, c);
-    }
-  }
+  if (c->pub_bytes > c->c.bytes_in_use + SPOOL__PUBLISH_SLACK) spool__front_publish_bytes(p, c);
   if (c->pub_buffers > c->c.buffers_in_use + SPOOL__PUBLISH_SLACK_BUFFERS)
     spool__front_publish_buffers(p, c);
 }
