@@ -149,7 +149,7 @@ void spool__census_each_stream(spool_pool *p, void (*fn)(const spool__stream_idl
 /* Under the pool's lock: c's front into the heap, counted as a flush. */
 static void flush_front(spool_pool *p, spool__scache *c) {
   spool__quar_drain(p, c);
-  if (!spool__front_spill(p, c, 0, false)) return;
+  if (!spool__front_spill(p, c, 0)) return;
   front_lock(c);
   c->c.flushes++;
   front_unlock(c);
@@ -242,7 +242,7 @@ spool_status spool__census_destroy(spool_pool *p, bool leaks_freed) {
    * blocks only need to be free so that their chunks count as free of leaks. */
   for (spool__scache *c = p->caches; c; c = c->next) {
     spool__quar_drain(p, c);
-    (void)spool__front_spill(p, c, 0, false);
+    (void)spool__front_spill(p, c, 0);
   }
   if (p->heap.chunks) {
     int saved = 0;

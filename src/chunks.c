@@ -32,7 +32,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define IDLE_SCAN 64   /* heap allocations between looks for idle chunks */
 #define SLAB 256       /* block records allocated at a time */
 
 static const uint64_t BAND_MAX[SPOOL__BANDS] = {(uint64_t)1 << 20, (uint64_t)32 << 20, UINT64_MAX};
@@ -448,10 +447,6 @@ void spool__heap_fence_now(spool_pool *p, spool__pending *own, cudaStream_t stre
   if (!own->fence_pending && own->head) fence_record(h, own, stream);
 }
 
-void spool__heap_stream_op(spool_pool *p, spool__pending *own, cudaStream_t stream) {
-  if (++own->ops >= p->cfg.fence_every) spool__heap_fence_now(p, own, stream);
-}
-
 bool spool__heap_has_free_chunk(const spool_pool *p) {
   for (const spool__chunk *c = p->heap.chunks; c; c = c->next)
     if (!has_used(c)) return true;
@@ -561,9 +556,8 @@ spool_status spool__heap_free_empty(spool_pool *p, spool__pending *own, cudaStre
   return s;
 }
 
-void spool__heap_idle(spool_pool *p, spool__pending *own, cudaStream_t stream) {
+void spool__heap_idle_scan(spool_pool *p, spool__pending *own, cudaStream_t stream) {
   spool__heap *h = &p->heap;
-  if (h->allocs - h->idle_scan < IDLE_SCAN) return;
   h->idle_scan = h->allocs;
   char message[SPOOL__MESSAGE];
   spool__save_error(message); /* a chunk that cannot go back now stays: not the caller's error */

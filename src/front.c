@@ -224,21 +224,9 @@ static void spill_head(spool_pool *p, spool__scache *c, unsigned cls, uint32_t n
   if (!bin->count) c->front_map[cls / 64] &= ~((uint64_t)1 << (cls % 64));
 }
 
-/* Under the pool's lock and c's: the blocks of c's front that the stream has not taken back
- * within its last `age` frees go into the heap (age 0: all of them). Within a bin the oldest
- * lie first. With `due` (a miss), only when FRONT_AGE / 4 frees have passed since the last such
- * look (a walk of the front: not on every miss); but a front past its bound holds only the
- * block of the size the stream asked last (front_admits), and a miss asks another size: that
- * block is no repeat, and goes at once, to merge back into its chunk (which may serve this
- * very miss). Returns how many blocks went. */
-uint32_t spool__front_spill_held(spool_pool *p, spool__scache *c, uint64_t age, bool due) {
+/* Within a bin the oldest lie first. */
+uint32_t spool__front_spill_held(spool_pool *p, spool__scache *c, uint64_t age) {
   uint32_t spilled = 0;
-  if (due && c->c.bytes_cached > front_bound(p, c)) {
-    age = 0;
-    due = false;
-  }
-  if (due && c->tick - c->spilled_at < SPOOL__FRONT_AGE / 4) return 0;
-  if (due) c->spilled_at = c->tick;
   uint64_t keep_from = c->tick > age ? c->tick - age : 0; /* with age > 0 */
   for (unsigned w = 0; w < SPOOL__BIN_WORDS; w++) {
     for (uint64_t m = c->front_map[w]; m; m &= m - 1) {
@@ -255,19 +243,17 @@ uint32_t spool__front_spill_held(spool_pool *p, spool__scache *c, uint64_t age, 
   return spilled;
 }
 
-uint32_t spool__front_spill(spool_pool *p, spool__scache *c, uint64_t age, bool due) {
+uint32_t spool__front_spill(spool_pool *p, spool__scache *c, uint64_t age) {
   front_lock(c);
-  uint32_t spilled = spool__front_spill_held(p, c, age, due);
+  uint32_t spilled = spool__front_spill_held(p, c, age);
   front_unlock(c);
   return spilled;
 }
 
-bool spool__front_spill_below_held(spool_pool *p, spool__scache *c, unsigned cls) {
-  if (!brief(p, c)) return false;
+void spool__front_spill_classes_below(spool_pool *p, spool__scache *c, unsigned cls) {
   unsigned lo = cls > SPOOL__FIT_CLASSES ? cls - SPOOL__FIT_CLASSES : 0;
   for (unsigned k = lo; k < cls; k++)
     if (c->bins[k].count) spill_head(p, c, k, c->bins[k].count);
-  return true;
 }
 
 /* ---- quarantine (poison=on) ---------------------------------------------------------------- */

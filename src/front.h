@@ -241,17 +241,40 @@ static inline spool__buffer *front_rec(const spool__scache *c, uintptr_t u) {
  * (the record goes with it): every way a block leaves a stream's keeping ends here. */
 void spool__front_bury(spool_pool *p, spool__scache *c, const spool__buffer *b);
 /* Under the pool's lock: the blocks of c's front that the stream has not taken back within its
- * last `age` frees go into the heap (age 0: all of them); with `due` (a miss), only every
- * FRONT_AGE / 4 frees, except that a front past its bound (front_bound) goes whole. Returns how
- * many went. */
-uint32_t spool__front_spill(spool_pool *p, spool__scache *c, uint64_t age, bool due);
+ * last `age` frees go into the heap (age 0: all of them). Returns how many went. */
+uint32_t spool__front_spill(spool_pool *p, spool__scache *c, uint64_t age);
 /* The same under c's lock too. */
-uint32_t spool__front_spill_held(spool_pool *p, spool__scache *c, uint64_t age, bool due);
-/* Under the pool's lock and c's: c's stream misses a block for class cls; if it is brief, its
+uint32_t spool__front_spill_held(spool_pool *p, spool__scache *c, uint64_t age);
+
+/* A miss's look at c's front, under the pool's lock and c's: its blocks not taken back within
+ * FRONT_AGE frees go into the heap, but only once FRONT_AGE / 4 frees have passed since the
+ * last look (a walk of the front: not on every miss, so the test is inline). A front past its
+ * bound holds only the block of the size the stream asked last (front_admits), and a miss asks
+ * another size: that block is no repeat, and goes at once, to merge back into its chunk (which
+ * may serve this very miss). */
+static inline void spool__front_spill_due(spool_pool *p, spool__scache *c) {
+  if (c->c.bytes_cached > front_bound(p, c)) {
+    (void)spool__front_spill_held(p, c, 0);
+    return;
+  }
+  if (c->tick - c->spilled_at < SPOOL__FRONT_AGE / 4) return;
+  c->spilled_at = c->tick;
+  (void)spool__front_spill_held(p, c, SPOOL__FRONT_AGE);
+}
+
+/* Under the pool's lock and c's: c's front blocks within FIT_CLASSES below class cls go into
+ * the heap (spool__front_spill_below says when). */
+void spool__front_spill_classes_below(spool_pool *p, spool__scache *c, unsigned cls);
+
+/* c's stream misses a block for class cls, under the pool's lock and c's: if it is brief, its
  * front blocks within FIT_CLASSES below cls go into the heap, where they may merge into what is
  * asked: the new block serves their sizes from now on (a stream's largest block grows with its
  * requests instead of the front holding each step). Returns whether c is brief. */
-bool spool__front_spill_below_held(spool_pool *p, spool__scache *c, unsigned cls);
+static inline bool spool__front_spill_below(spool_pool *p, spool__scache *c, unsigned cls) {
+  if (!brief(p, c)) return false;
+  spool__front_spill_classes_below(p, c, cls);
+  return true;
+}
 
 /* poison=on: the ring of c's freed blocks kept out of reuse. Under c's lock, except drain,
  * which takes it under the pool's. */

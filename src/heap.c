@@ -59,6 +59,21 @@ typedef enum { SPOOL__FREE_DONE, SPOOL__FREE_PASS, SPOOL__FREE_CACHED } spool__f
 #define POISON_NEW 0xA5  /* uninitialised reads show as 0xA5A5A5A5 */
 #define POISON_FREED 0xDD /* reads after the free show as 0xDDDDDDDD */
 
+/* ---- the heap's bookkeeping, inline: a miss and a free into the heap each make one --------- */
+
+/* Every fence_every heap operations on own's stream, the fence decision (query the last fence,
+ * record the next). Under the pool's lock. */
+static inline void heap_stream_op(spool_pool *p, spool__pending *own, cudaStream_t stream) {
+  if (++own->ops >= p->cfg.fence_every) spool__heap_fence_now(p, own, stream);
+}
+
+/* Every SPOOL__IDLE_SCAN heap allocations, a look for idle chunks to give back on stream. Under
+ * the pool's lock. */
+static inline void heap_idle(spool_pool *p, spool__pending *own, cudaStream_t stream) {
+  if (p->heap.allocs - p->heap.idle_scan >= SPOOL__IDLE_SCAN)
+    spool__heap_idle_scan(p, own, stream);
+}
+
 /* ---- counters (under the lock) ---------------------------------------------------------- */
 
 static void count_alloc(spool_pool *p, uint64_t size, bool bytes_known) {
@@ -336,15 +351,15 @@ static SPOOL__NOINLINE spool_status miss(spool_pool *p, spool__scache *c, void *
   spool__heap_fit_prefetch(p, &c->pend, need);
   pthread_mutex_lock(&p->lock);
   held h = enter(c); /* after the pool's lock: a thread taking the front back waits outside */
-  spool__front_spill_held(p, c, SPOOL__FRONT_AGE, true);
-  bool brief_miss = spool__front_spill_below_held(p, c, spool__class_of(size));
-  spool__heap_stream_op(p, &c->pend, stream);
+  spool__front_spill_due(p, c);
+  bool brief_miss = spool__front_spill_below(p, c, spool__class_of(size));
+  heap_stream_op(p, &c->pend, stream);
   spool__block *blk = spool__heap_fit(p, &c->pend, need, false);
   if (!blk && spool__heap_publish_ready(p)) blk = spool__heap_fit(p, &c->pend, need, false);
   if (!blk && brief_miss) blk = spool__heap_fit_leftover(p, &c->pend, need);
-  if (!blk && spool__front_spill_held(p, c, 0, false)) /* before a new chunk: the rest may merge */
+  if (!blk && spool__front_spill_held(p, c, 0)) /* before a new chunk: the rest may merge */
     blk = spool__heap_fit(p, &c->pend, need, false);
-  spool__heap_idle(p, &c->pend, stream);
+  heap_idle(p, &c->pend, stream);
   spool_status s = SPOOL_OK;
   bool taken = blk && !p->cfg.poison, fence = false; /* the common case: one critical section */
   if (taken) s = adopt_held(p, c, blk, size, stream, site, &fence);
@@ -563,7 +578,7 @@ static void to_heap(spool_pool *p, spool__scache *c, spool__buffer *b, cudaStrea
   if (p->cfg.fence_bytes && bytes >= p->cfg.fence_bytes)
     spool__heap_fence_now(p, &c->pend, stream); /* the decision now, not in a few operations */
   else
-    spool__heap_stream_op(p, &c->pend, stream);
+    heap_stream_op(p, &c->pend, stream);
   if (!pool_locked) pthread_mutex_unlock(&p->lock);
 }
 
@@ -595,7 +610,7 @@ static void quarantine_in(spool_pool *p, spool__scache *c, spool__buffer *b, cud
   if (!pool_locked) pthread_mutex_lock(&p->lock);
   front_lock(c);
   for (unsigned i = 0; i < n; i++) spool__quar_release(p, c, out[i]);
-  spool__heap_stream_op(p, &c->pend, stream);
+  heap_stream_op(p, &c->pend, stream);
   front_unlock(c);
   if (!pool_locked) pthread_mutex_unlock(&p->lock);
 }

@@ -370,10 +370,10 @@ void spool__heap_release(spool_pool *pool, spool__pending *own, spool__block *b)
 /* The fence decision: query own's last fence; if none is pending, record one on stream covering
  * what own has freed. Made every fence_every operations, or at once for a large free. */
 void spool__heap_fence_now(spool_pool *pool, spool__pending *own, cudaStream_t stream);
-/* Bookkeeping of a heap operation on own's stream: every few, the fence decision (query the
- * last fence, record the next) and a look for idle chunks to give back on stream. */
-void spool__heap_stream_op(spool_pool *pool, spool__pending *own, cudaStream_t stream);
-void spool__heap_idle(spool_pool *pool, spool__pending *own, cudaStream_t stream);
+/* The look for idle chunks to give back on stream, made every SPOOL__IDLE_SCAN heap
+ * allocations (heap.c tests the count inline). */
+void spool__heap_idle_scan(spool_pool *pool, spool__pending *own, cudaStream_t stream);
+#define SPOOL__IDLE_SCAN 64 /* heap allocations between looks for idle chunks */
 /* Publishes the ranges of every stream whose fence has completed; true if any did. */
 bool spool__heap_publish_ready(spool_pool *pool);
 /* Publishes every pending range: only once the device is idle; the same for one stream's,
