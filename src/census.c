@@ -102,6 +102,7 @@ void spool__census_sum(spool_pool *p, spool__cache_counters *cc) {
     cc->misses += k->misses;
     cc->flushes += k->flushes;
     if (c->high > cc->high) cc->high = c->high;
+    if (c->high_buffers > cc->high_buffers) cc->high_buffers = c->high_buffers;
     front_unlock(c);
   }
   cc->bytes_cached += p->heap.free_bytes;
@@ -124,6 +125,7 @@ void spool__census_reset_peaks(spool_pool *p) {
   for (spool__scache *c = p->caches; c; c = c->next) {
     front_lock(c);
     c->high = c->c.bytes_in_use;
+    c->high_buffers = c->c.buffers_in_use;
     front_unlock(c);
   }
   pthread_mutex_unlock(&p->lock);

@@ -7,7 +7,10 @@
 
 #define SPOOL__SEQ_BATCH 256     /* allocation numbers a front takes from the pool at a time */
 #define SPOOL__PUBLISH_SLACK ((uint64_t)1 << 20) /* a move of bytes beyond it: published */
-#define SPOOL__PUBLISH_SLACK_BUFFERS 1 /* and a fall of the buffer count beyond this */
+/* and a move of the buffer count beyond this either way: a stream holding hundreds of buffers
+ * publishes every few dozen of its operations, not on each (its own high, c->high_buffers, is
+ * exact: one stream's peak of buffers is) */
+#define SPOOL__PUBLISH_SLACK_BUFFERS 8
 /* A front block the stream has not taken back within this many of its frees is not one it
  * repeats: the next miss puts it into the heap, where it can merge and serve any size. */
 #define SPOOL__FRONT_AGE 64
@@ -144,19 +147,19 @@ void spool__front_publish_bytes(spool_pool *p, spool__scache *c);
 void spool__front_publish_buffers(spool_pool *p, spool__scache *c);
 
 /* A move of the stream's bytes in use of more than PUBLISH_SLACK either way from its published
- * share goes out at once, a smaller one never by itself; so does a growth of its buffer count,
- * and a fall of more than PUBLISH_SLACK_BUFFERS, never a smaller one (a stats read publishes
- * everything). So the pool-wide totals are each stream's use within 1 MiB and one buffer, the
- * pool-wide peaks are exact within that per other stream, and the stream's own high (c->high,
- * kept exact by make_live, the one place its use grows) is a floor for it: one stream's peak
- * is exact. A stream whose use moves within 1 MiB and one buffer (one buffer live at a time)
- * publishes nothing after its first allocation, so threads on their own streams share no
- * written line; one that moves by more (a 64 MiB pair) publishes its bytes only: a store into
- * its share per operation, and on a rise a read of every share (front.c). After an
- * allocation, the rise: */
+ * share goes out at once, a smaller one never by itself; so does a move of its buffer count of
+ * more than PUBLISH_SLACK_BUFFERS (a stats read publishes everything). So the pool-wide totals
+ * are each stream's use within 1 MiB and 8 buffers, the pool-wide peaks are exact within that
+ * per other stream, and the stream's own highs (c->high and c->high_buffers, kept exact by
+ * make_live, the one place its use grows) are floors for them: one stream's peaks are exact.
+ * A stream whose use moves within 1 MiB and 8 buffers (a few buffers live at a time) publishes
+ * nothing after its first allocation, so threads on their own streams share no written line;
+ * one that moves by more (a 64 MiB pair) publishes its bytes only: a store into its share per
+ * operation, and on a rise a read of every share (front.c). After an allocation, the rise: */
 static inline void after_alloc(spool_pool *p, spool__scache *c) {
   if (c->c.bytes_in_use > c->pub_bytes + SPOOL__PUBLISH_SLACK) spool__front_publish_bytes(p, c);
-  if (c->c.buffers_in_use > c->pub_buffers) spool__front_publish_buffers(p, c);
+  if (c->c.buffers_in_use > c->pub_buffers + SPOOL__PUBLISH_SLACK_BUFFERS)
+    spool__front_publish_buffers(p, c);
 }
 
 /* The other way: a fall of a stream's use, by a free of its own or a move of its buffer to

@@ -197,6 +197,7 @@ static inline void make_live(spool_pool *p, spool__scache *c, spool__buffer *b, 
   c->c.bytes_in_use += size;
   c->c.buffers_in_use++;
   if (c->c.bytes_in_use > c->high) c->high = c->c.bytes_in_use;
+  if (c->c.buffers_in_use > c->high_buffers) c->high_buffers = c->c.buffers_in_use;
   after_alloc(p, c);
 }
 

@@ -422,6 +422,7 @@ typedef struct spool__cache_counters {
   uint64_t bytes_in_use, buffers_in_use, bytes_cached, bytes_front;
   uint64_t allocs, frees, bytes_allocated, hits, misses, flushes;
   uint64_t high; /* the highest of the streams' highs (spool__scache.high), not a sum */
+  uint64_t high_buffers; /* the same for their buffer counts */
 } spool__cache_counters;
 
 /* What one front's stream has in use, as it last published it: written by that stream's holder
@@ -458,6 +459,7 @@ typedef struct spool__scache {
   uint64_t pub_bytes, pub_buffers; /* what the pool's totals hold of this stream */
   struct spool__share *share; /* where it publishes them (NULL: into the pool's totals) */
   uint64_t high;           /* bytes in use at their highest since the peaks were reset */
+  uint64_t high_buffers;   /* and buffers in use */
   uint64_t tick;           /* blocks put in the front so far */
   uint32_t front_blocks;   /* blocks in the front bins */
   uint64_t spilled_at;     /* tick at the last look for stale front blocks */

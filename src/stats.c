@@ -80,9 +80,11 @@ static spool_status snapshot(spool_pool *p, spool_stats *out, const char *ctx) {
   heap_figures h = {p->heap.chunk_bytes, spool__heap_largest_free(p), p->heap.chunk_allocs,
                     p->heap.chunk_frees, p->heap.fences, p->heap.malloc_bytes};
   pthread_mutex_unlock(&p->lock);
-  /* The published peak is within 1 MiB per stream; no stream's own high is above the truth. */
+  /* The published peaks are within 1 MiB and 8 buffers per stream; no stream's own high is
+   * above the truth. */
   uint64_t peaks[2] = {atomic_load(&p->peak_bytes), atomic_load(&p->peak_buffers)};
   if (k.high > peaks[0]) peaks[0] = k.high;
+  if (k.high_buffers > peaks[1]) peaks[1] = k.high_buffers;
   fill(out, &c, &k, peaks, &a, &h);
   return SPOOL_OK;
 }
