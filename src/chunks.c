@@ -34,18 +34,12 @@
 
 #define SLAB 256       /* block records allocated at a time */
 
-static const uint64_t BAND_MAX[SPOOL__BANDS] = {(uint64_t)1 << 20, (uint64_t)32 << 20, UINT64_MAX};
+static const uint64_t BAND_MAX[SPOOL__BANDS] = {SPOOL__BAND0_MAX, SPOOL__BAND1_MAX, UINT64_MAX};
 /* A band's chunk is the size of its largest request: the offline models and the sim put a
  * stream's footprint at about one chunk of its band, so a larger chunk is memory a stream
  * holds for nothing (64 MiB chunks: random on 4 streams 330 MiB against 204 MiB). */
 static const uint64_t BAND_CHUNK[SPOOL__BANDS] = {(uint64_t)2 << 20, (uint64_t)32 << 20, 0};
 #define GRANULE ((uint64_t)2 << 20) /* the pool's own rounding on current GPUs */
-
-unsigned spool__band_of(uint64_t need) {
-  unsigned b = 0;
-  while (need > BAND_MAX[b]) b++;
-  return b;
-}
 
 uint64_t spool__chunk_size(uint64_t need) {
   uint64_t chunk = BAND_CHUNK[spool__band_of(need)];
@@ -101,8 +95,8 @@ static void record_drop(spool__heap *h, spool__block *b) {
 
 /* ---- bins: one list per size class, a bitmap of the non-empty ones -------------------------- */
 
-static void bin_insert(spool__bins *x, spool__block *b) {
-  unsigned c = spool__class_of(b->bytes);
+/* Files b in its class c's list (c: spool__class_of(b->bytes)). */
+static void bin_insert_in(spool__bins *x, spool__block *b, unsigned c) {
   b->bin = (uint16_t)c;
   b->fprev = NULL;
   b->fnext = x->head[c];
@@ -110,6 +104,10 @@ static void bin_insert(spool__bins *x, spool__block *b) {
   x->head[c] = b;
   x->map[c / 64] |= (uint64_t)1 << (c % 64);
   x->bytes += b->bytes;
+}
+
+static void bin_insert(spool__bins *x, spool__block *b) {
+  bin_insert_in(x, b, spool__class_of(b->bytes));
 }
 
 static void bin_remove(spool__bins *x, spool__block *b) {
@@ -137,12 +135,11 @@ static unsigned next_class(const spool__bins *x, unsigned c) {
  * of memory looks at every range: a request that fits a free range is never refused. */
 #define FIT_WALK 4
 
-/* A small block of at least need bytes, or NULL: the smallest of the first `walk` ranges of
- * need's own class that fit (the class holds sizes on both sides of need), else the smallest of
- * the first class above that has one (all of its ranges fit). */
-static spool__block *bins_fit(const spool__bins *x, uint64_t need, unsigned walk) {
+/* A small block of at least need bytes (of class c), or NULL: the smallest of the first `walk`
+ * ranges of class c that fit (the class holds sizes on both sides of need), else the smallest
+ * of the first class above that has one (all of its ranges fit). */
+static spool__block *bins_fit(const spool__bins *x, uint64_t need, unsigned c, unsigned walk) {
   if (x->bytes < need) return NULL; /* no range that large: often a stream's own bins */
-  unsigned c = spool__class_of(need);
   spool__block *best = NULL;
   unsigned walked = 0;
   for (spool__block *b = x->head[c]; b && walked < walk; b = b->fnext, walked++)
@@ -283,30 +280,38 @@ static spool__block *carve(spool__heap *h, spool__block *b, uint64_t need, bool 
   else b->chunk->first = u;
   if (after) after->prev = u;
   else b->chunk->last = u;
-  /* The remainder keeps its place in its owner's pending list (its tick is unchanged), and
-   * moves to the bin of its new size. */
+  /* The remainder keeps its place in its owner's pending list (its tick is unchanged), and in
+   * its bin's list while its class stays (a large range cut many times, the common case);
+   * else it moves to the bin of its new size. */
   spool__bins *x = bins_of(h, b);
-  bin_remove(x, b);
+  unsigned c = spool__class_of(b->bytes - need);
   if (!top) b->addr += need;
-  b->bytes -= need;
-  bin_insert(x, b);
+  if (c == b->bin) {
+    b->bytes -= need;
+    x->bytes -= need;
+  } else {
+    bin_remove(x, b);
+    b->bytes -= need;
+    bin_insert_in(x, b, c);
+  }
   h->free_bytes -= need;
   return u;
 }
 
-spool__block *spool__heap_fit(spool_pool *p, spool__pending *own, uint64_t need, bool wide) {
+spool__block *spool__heap_fit(spool_pool *p, spool__pending *own, const spool__need *need,
+                              bool wide) {
   spool__heap *h = &p->heap;
   spool__block *b = NULL;
-  unsigned band = spool__band_of(need), from = band;
+  unsigned band = need->band;
   unsigned walk = wide ? UINT_MAX : FIT_WALK;
   for (; !b && band < SPOOL__BANDS; band++) {
-    spool__block *mine = bins_fit(&own->bins[band], need, walk);
-    spool__block *any = bins_fit(&h->shared[band], need, walk);
+    spool__block *mine = bins_fit(&own->bins[band], need->bytes, need->cls, walk);
+    spool__block *any = bins_fit(&h->shared[band], need->bytes, need->cls, walk);
     b = !any || (mine && mine->bytes <= any->bytes) ? mine : any;
     if (!wide) break;
   }
   if (!b) return NULL;
-  spool__block *u = carve(h, b, need, b->band != from);
+  spool__block *u = carve(h, b, need->bytes, b->band != need->band);
   if (u) h->allocs++;
   return u;
 }
@@ -316,21 +321,20 @@ static void bins_prefetch(const spool__bins *x, unsigned c) {
   __builtin_prefetch(&x->head[c]);
 }
 
-void spool__heap_fit_prefetch(spool_pool *p, spool__pending *own, uint64_t need) {
-  unsigned band = spool__band_of(need), c = spool__class_of(need);
-  bins_prefetch(&own->bins[band], c);
-  bins_prefetch(&p->heap.shared[band], c);
+void spool__heap_fit_prefetch(spool_pool *p, spool__pending *own, const spool__need *need) {
+  bins_prefetch(&own->bins[need->band], need->cls);
+  bins_prefetch(&p->heap.shared[need->band], need->cls);
 }
 
-spool__block *spool__heap_fit_leftover(spool_pool *p, spool__pending *own, uint64_t need) {
+spool__block *spool__heap_fit_leftover(spool_pool *p, spool__pending *own,
+                                      const spool__need *need) {
   spool__heap *h = &p->heap;
-  unsigned band = spool__band_of(need);
   for (spool__chunk *c = h->chunks; c; c = c->next) {
-    if (c->creator != own || c->band <= band) continue;
+    if (c->creator != own || c->band <= need->band) continue;
     spool__block *b = c->last;
-    if (b->state == SPOOL__BLOCK_FREE && (!b->owner || b->owner == own) && b->bytes >= need &&
-        b->bytes <= BAND_MAX[c->band - 1]) {
-      spool__block *u = carve(h, b, need, true);
+    if (b->state == SPOOL__BLOCK_FREE && (!b->owner || b->owner == own) &&
+        b->bytes >= need->bytes && b->bytes <= BAND_MAX[c->band - 1]) {
+      spool__block *u = carve(h, b, need->bytes, true);
       if (u) h->allocs++;
       return u;
     }

@@ -187,10 +187,15 @@ static inline bool brief(const spool_pool *p, const spool__scache *c) {
          p->cfg.front_brief && p->cfg.front_limit;
 }
 
-/* The bytes c's front may keep: front_limit, and for a brief stream its own peak of bytes in use
- * beyond it (its working set, whatever its sizes). Under c's lock. */
+/* The bytes c's front may keep: front_limit, and for a brief stream (is_brief: brief(p, c)) its
+ * own peak of bytes in use beyond it (its working set, whatever its sizes). Under c's lock. */
+static inline uint64_t front_bound_if(const spool_pool *p, const spool__scache *c,
+                                      bool is_brief) {
+  return is_brief ? p->cfg.front_limit + c->high : p->cfg.front_limit;
+}
+
 static inline uint64_t front_bound(const spool_pool *p, const spool__scache *c) {
-  return brief(p, c) ? p->cfg.front_limit + c->high : p->cfg.front_limit;
+  return front_bound_if(p, c, brief(p, c));
 }
 
 /* Under c's lock: the live buffer b is being freed; its life (since born_at, the stream's
@@ -249,14 +254,14 @@ uint32_t spool__front_spill(spool_pool *p, spool__scache *c, uint64_t age);
 /* The same under c's lock too. */
 uint32_t spool__front_spill_held(spool_pool *p, spool__scache *c, uint64_t age);
 
-/* A miss's look at c's front, under the pool's lock and c's: its blocks not taken back within
- * FRONT_AGE frees go into the heap, but only once FRONT_AGE / 4 frees have passed since the
- * last look (a walk of the front: not on every miss, so the test is inline). A front past its
- * bound holds only the block of the size the stream asked last (front_admits), and a miss asks
- * another size: that block is no repeat, and goes at once, to merge back into its chunk (which
- * may serve this very miss). */
-static inline void spool__front_spill_due(spool_pool *p, spool__scache *c) {
-  if (c->c.bytes_cached > front_bound(p, c)) {
+/* A miss's look at c's front, under the pool's lock and c's (is_brief: brief(p, c), which a
+ * spill leaves as it is): its blocks not taken back within FRONT_AGE frees go into the heap,
+ * but only once FRONT_AGE / 4 frees have passed since the last look (a walk of the front: not
+ * on every miss, so the test is inline). A front past its bound holds only the block of the
+ * size the stream asked last (front_admits), and a miss asks another size: that block is no
+ * repeat, and goes at once, to merge back into its chunk (which may serve this very miss). */
+static inline void spool__front_spill_due(spool_pool *p, spool__scache *c, bool is_brief) {
+  if (c->c.bytes_cached > front_bound_if(p, c, is_brief)) {
     (void)spool__front_spill_held(p, c, 0);
     return;
   }
@@ -269,14 +274,13 @@ static inline void spool__front_spill_due(spool_pool *p, spool__scache *c) {
  * the heap (spool__front_spill_below says when). */
 void spool__front_spill_classes_below(spool_pool *p, spool__scache *c, unsigned cls);
 
-/* c's stream misses a block for class cls, under the pool's lock and c's: if it is brief, its
- * front blocks within FIT_CLASSES below cls go into the heap, where they may merge into what is
- * asked: the new block serves their sizes from now on (a stream's largest block grows with its
- * requests instead of the front holding each step). Returns whether c is brief. */
-static inline bool spool__front_spill_below(spool_pool *p, spool__scache *c, unsigned cls) {
-  if (!brief(p, c)) return false;
-  spool__front_spill_classes_below(p, c, cls);
-  return true;
+/* c's stream misses a block for class cls, under the pool's lock and c's: if it is brief
+ * (is_brief), its front blocks within FIT_CLASSES below cls go into the heap, where they may
+ * merge into what is asked: the new block serves their sizes from now on (a stream's largest
+ * block grows with its requests instead of the front holding each step). */
+static inline void spool__front_spill_below(spool_pool *p, spool__scache *c, unsigned cls,
+                                            bool is_brief) {
+  if (is_brief) spool__front_spill_classes_below(p, c, cls);
 }
 
 /* poison=on: the ring of c's freed blocks kept out of reuse. Under c's lock, except drain,

@@ -266,9 +266,9 @@ static spool_status hit_poisoned(spool_pool *p, spool__scache *c, spool__buffer 
  * block (a request that fits what the device or max_size allows never fails for rounding).
  * The out-of-memory policy runs on the second. On SPOOL_ERR_OOM the policy has flushed every
  * front into the heap, so the heap is asked once more: what an OOM handler freed is there. */
-static spool_status new_chunk(spool_pool *p, spool__scache *c, uint64_t need, size_t size,
-                              cudaStream_t stream, spool__block **out) {
-  uint64_t bytes = spool__chunk_size(need);
+static spool_status new_chunk(spool_pool *p, spool__scache *c, const spool__need *n,
+                              size_t size, cudaStream_t stream, spool__block **out) {
+  uint64_t need = n->bytes, bytes = spool__chunk_size(need);
   void *u = NULL;
   bool malloced;
   spool_status s = spool__chunk_get(p, &u, bytes, stream, &malloced, ALLOC);
@@ -279,7 +279,7 @@ static spool_status new_chunk(spool_pool *p, spool__scache *c, uint64_t need, si
     s = pool_alloc_for(p, &u, (size_t)need, size, stream);
   }
   pthread_mutex_lock(&p->lock);
-  if (s == SPOOL_ERR_OOM) *out = spool__heap_fit(p, &c->pend, need, true);
+  if (s == SPOOL_ERR_OOM) *out = spool__heap_fit(p, &c->pend, n, true);
   else if (s == SPOOL_OK)
     *out = spool__heap_add_chunk(p, &c->pend, (uintptr_t)u, bytes, need, malloced);
   pthread_mutex_unlock(&p->lock);
@@ -295,14 +295,9 @@ static spool_status new_chunk(spool_pool *p, spool__scache *c, uint64_t need, si
 }
 
 /* Enters the heap block blk in c's index as the caller's buffer (its record is the block's).
- * Under the pool's lock and c's; on failure the caller gives the block back (settle). *fence:
- * a brief stream (front.h) makes few heap operations, so what it leaves pending in the heap (a
- * new chunk's remainder, blocks out of its front) would wait long for the fence every
- * fence_every of them: its miss records the fence now, and the other streams may take those
- * ranges once it has passed. */
+ * Under the pool's lock and c's; on failure the caller gives the block back (settle). */
 static spool_status adopt_held(spool_pool *p, spool__scache *c, spool__block *blk, size_t size,
-                               cudaStream_t stream, const spool__site *site, bool *fence) {
-  *fence = brief(p, c);
+                               unsigned cls, cudaStream_t stream, const spool__site *site) {
   spool_status s = spool__index_insert(&c->blocks, blk->addr, blk);
   if (s == SPOOL_OK) {
     spool__buffer *b = &blk->buf; /* make_live and the free set the rest */
@@ -311,13 +306,16 @@ static spool_status adopt_held(spool_pool *p, spool__scache *c, spool__block *bl
     b->blk = blk;
     b->graph = false;
     c->c.misses++;
-    make_live(p, c, b, size, spool__class_of(size), stream, site);
+    make_live(p, c, b, size, cls, stream, site);
   }
   return s;
 }
 
 /* After adopt_held, under the pool's lock only: the block back into the heap if it failed (s),
- * else the brief stream's fence. */
+ * else, with fence, the brief stream's fence. A brief stream (front.h) makes few heap
+ * operations, so what it leaves pending in the heap (a new chunk's remainder, blocks out of its
+ * front) would wait long for the fence every fence_every of them: its miss records the fence
+ * now, and the other streams may take those ranges once it has passed. */
 static void settle(spool_pool *p, spool__scache *c, spool__block *blk, cudaStream_t stream,
                    spool_status s, bool fence) {
   if (s != SPOOL_OK) spool__heap_release(p, &c->pend, blk);
@@ -327,12 +325,14 @@ static void settle(spool_pool *p, spool__scache *c, spool__block *blk, cudaStrea
 /* The same for a block placed outside the locks (a new chunk, poisoning): takes it, or gives
  * the block back when poisoning failed (s). */
 static spool_status adopt(spool_pool *p, spool__scache *c, spool__block *blk, size_t size,
-                          cudaStream_t stream, const spool__site *site, spool_status s) {
+                          unsigned cls, cudaStream_t stream, const spool__site *site,
+                          spool_status s) {
   bool fence = false;
   pthread_mutex_lock(&p->lock);
   if (s == SPOOL_OK) {
     front_lock(c);
-    s = adopt_held(p, c, blk, size, stream, site, &fence);
+    fence = brief(p, c);
+    s = adopt_held(p, c, blk, size, cls, stream, site);
     front_unlock(c);
   }
   settle(p, c, blk, stream, s, fence);
@@ -346,31 +346,33 @@ static spool_status adopt(spool_pool *p, spool__scache *c, spool__block *blk, si
  * the spill to the new block's record: the pool's lock, held throughout, keeps every other
  * thread that could want it (a free from another stream, a stats read) waiting anyway. */
 static SPOOL__NOINLINE spool_status miss(spool_pool *p, spool__scache *c, void **ptr,
-                                         size_t size, cudaStream_t stream,
+                                         size_t size, unsigned cls, cudaStream_t stream,
                                          const spool__site *site) {
-  uint64_t need = ((uint64_t)size + SPOOL__MIN_BLOCK - 1) / SPOOL__MIN_BLOCK * SPOOL__MIN_BLOCK;
-  spool__heap_fit_prefetch(p, &c->pend, need);
+  const spool__need need = spool__need_of(size, cls);
+  spool__heap_fit_prefetch(p, &c->pend, &need);
   pthread_mutex_lock(&p->lock);
   held h = enter(c); /* after the pool's lock: a thread taking the front back waits outside */
-  spool__front_spill_due(p, c);
-  bool brief_miss = spool__front_spill_below(p, c, spool__class_of(size));
+  const bool brief_miss = brief(p, c); /* a spill leaves it as it is */
+  spool__front_spill_due(p, c, brief_miss);
+  spool__front_spill_below(p, c, cls, brief_miss);
   heap_stream_op(p, &c->pend, stream);
-  spool__block *blk = spool__heap_fit(p, &c->pend, need, false);
-  if (!blk && spool__heap_publish_ready(p)) blk = spool__heap_fit(p, &c->pend, need, false);
-  if (!blk && brief_miss) blk = spool__heap_fit_leftover(p, &c->pend, need);
+  spool__block *blk = spool__heap_fit(p, &c->pend, &need, false);
+  if (!blk && spool__heap_publish_ready(p)) blk = spool__heap_fit(p, &c->pend, &need, false);
+  if (!blk && brief_miss) blk = spool__heap_fit_leftover(p, &c->pend, &need);
   if (!blk && spool__front_spill_held(p, c, 0)) /* before a new chunk: the rest may merge */
-    blk = spool__heap_fit(p, &c->pend, need, false);
+    blk = spool__heap_fit(p, &c->pend, &need, false);
   heap_idle(p, &c->pend, stream);
   spool_status s = SPOOL_OK;
-  bool taken = blk && !p->cfg.poison, fence = false; /* the common case: one critical section */
-  if (taken) s = adopt_held(p, c, blk, size, stream, site, &fence);
+  bool taken = blk && !p->cfg.poison; /* the common case: one critical section */
+  if (taken) s = adopt_held(p, c, blk, size, cls, stream, site);
   leave(c, h);
-  if (taken) settle(p, c, blk, stream, s, fence);
+  if (taken) settle(p, c, blk, stream, s, brief_miss);
   pthread_mutex_unlock(&p->lock);
   if (!taken) {
-    if (!blk) s = new_chunk(p, c, need, size, stream, &blk);
+    if (!blk) s = new_chunk(p, c, &need, size, stream, &blk);
     if (s != SPOOL_OK) return s;
-    s = adopt(p, c, blk, size, stream, site, poison_new(p, (void *)blk->addr, size, stream));
+    s = adopt(p, c, blk, size, cls, stream, site,
+              poison_new(p, (void *)blk->addr, size, stream));
   }
   if (s == SPOOL_OK) *ptr = (void *)blk->addr;
   return s;
@@ -427,7 +429,7 @@ static SPOOL__INLINE bool front_alloc(spool_pool *p, void **ptr, size_t size,
   }
   leave(c, h);
   if (!b) {
-    *s = miss(p, c, ptr, size, stream, site);
+    *s = miss(p, c, ptr, size, cls, stream, site);
     return true;
   }
   *s = hit_poisoned(p, c, b, size, from, stream, site);
@@ -557,8 +559,9 @@ static SPOOL__INLINE bool to_bin(spool_pool *p, spool__scache *c, spool__buffer 
  * stream. With the pool's lock held (pool_locked) it is taken no second time. Until it is in
  * the graveyard its record stays in c's index, freed: a concurrent free of the same pointer,
  * which looks in the fronts and then in the graveyard, finds it in one of them. */
-static void to_heap(spool_pool *p, spool__scache *c, spool__buffer *b, cudaStream_t stream,
-                    const spool__site *site, held h, bool pool_locked) {
+static SPOOL__NOINLINE void to_heap(spool_pool *p, spool__scache *c, spool__buffer *b,
+                                    cudaStream_t stream, const spool__site *site, held h,
+                                    bool pool_locked) {
   b->state = SPOOL__CACHED;
   b->died = *site;
   count_free(p, c, b);
@@ -626,7 +629,7 @@ static spool_status refuse_in_capture(void *ptr, cudaStream_t stream) {
                      ptr, (void *)stream);
 }
 
-/* free_live's rare cases: capture, poisoning, a full front, no host memory. */
+/* free_live's rare cases: capture, poisoning. */
 static SPOOL__NOINLINE spool_status free_live_slow(spool_pool *p, spool__scache *c,
                                                   spool__buffer *b, cudaStream_t stream,
                                                   const spool__site *site, bool capturing,
@@ -654,16 +657,20 @@ static SPOOL__NOINLINE spool_status free_live_slow(spool_pool *p, spool__scache 
   return SPOOL_OK;
 }
 
-/* Frees the live block b of c's table. c is held as h; leaves it. */
+/* Frees the live block b of c's table: into the front, or past its bound (or without host
+ * memory for its bin) into the heap. c is held as h; leaves it. */
 static SPOOL__INLINE spool_status free_live(spool_pool *p, spool__scache *c, spool__buffer *b,
                                      cudaStream_t stream, const spool__site *site,
                                      bool capturing, held h, bool pool_locked) {
   count_life(c, b); /* before freed_at takes born_at's place */
-  if (!capturing && !p->cfg.poison && front_admits(p, c, b) && to_bin(p, c, b, site)) {
+  if (SPOOL__UNLIKELY(capturing || p->cfg.poison))
+    return free_live_slow(p, c, b, stream, site, capturing, h, pool_locked);
+  if (front_admits(p, c, b) && to_bin(p, c, b, site)) {
     leave(c, h);
     return SPOOL_OK;
   }
-  return free_live_slow(p, c, b, stream, site, capturing, h, pool_locked);
+  to_heap(p, c, b, stream, site, h, pool_locked);
+  return SPOOL_OK;
 }
 
 /* Capture state of the freeing stream (capture_check=on). Every block the heap holds was

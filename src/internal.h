@@ -333,26 +333,49 @@ typedef struct spool__heap {
   uint64_t chunk_allocs, chunk_frees, fences;
 } spool__heap;
 
-/* The band of a request of need bytes, and the chunk a miss in that band takes from the pool. */
-unsigned spool__band_of(uint64_t need);
+/* The bands' largest requests (chunks.c says why three). */
+#define SPOOL__BAND0_MAX ((uint64_t)1 << 20)
+#define SPOOL__BAND1_MAX ((uint64_t)32 << 20)
+
+/* The band of a request of need bytes. Inline: a miss asks it of every request. */
+static inline unsigned spool__band_of(uint64_t need) {
+  return (unsigned)(need > SPOOL__BAND0_MAX) + (unsigned)(need > SPOOL__BAND1_MAX);
+}
+
+/* The chunk a miss of need bytes takes from the pool. */
 uint64_t spool__chunk_size(uint64_t need);
+
+/* A request as the heap places it: its bytes rounded up to SPOOL__MIN_BLOCK, their size class
+ * (that of the bytes asked: class bounds are multiples of SPOOL__MIN_BLOCK, so the rounding
+ * never crosses one) and their band, worked out once per miss. */
+typedef struct spool__need {
+  uint64_t bytes;
+  unsigned cls, band;
+} spool__need;
+
+static inline spool__need spool__need_of(uint64_t size, unsigned cls) {
+  uint64_t bytes = (size + SPOOL__MIN_BLOCK - 1) / SPOOL__MIN_BLOCK * SPOOL__MIN_BLOCK;
+  return (spool__need){bytes, cls, spool__band_of(bytes)};
+}
 
 /* A used block of need bytes for own's stream, from its own pending ranges or the shared ones
  * (the smaller fit) of need's band, or with `wide` (out of memory) of the first band from there
  * up that has one, or NULL. A fit looks at the first few ranges of need's own size class, with
  * `wide` at all of them. A small block in a large chunk would pin it while it lives: only
  * when no chunk can be had. NULL also without host memory for a record. */
-spool__block *spool__heap_fit(spool_pool *pool, spool__pending *own, uint64_t need, bool wide);
+spool__block *spool__heap_fit(spool_pool *pool, spool__pending *own, const spool__need *need,
+                              bool wide);
 /* Starts the loads of the lines a fit of need bytes for own will read first (its bins' bytes
  * and maps, and the list heads of need's class), so that they arrive while the caller takes
  * the pool's lock and spills its front. Reads nothing itself: safe without the lock. */
-void spool__heap_fit_prefetch(spool_pool *pool, spool__pending *own, uint64_t need);
+void spool__heap_fit_prefetch(spool_pool *pool, spool__pending *own, const spool__need *need);
 /* A used block of need bytes from the top of a chunk own's stream took for a larger band, out
  * of the free range that ends it, when that range is own's or shared and too small for any
  * request of the chunk's band (no block of that band could use it), or NULL. For a brief
  * stream's small request: the pool reserves 32 MiB segments, so a chunk of the small band for
  * a few bytes would cost a segment, and a brief block leaves soon. */
-spool__block *spool__heap_fit_leftover(spool_pool *pool, spool__pending *own, uint64_t need);
+spool__block *spool__heap_fit_leftover(spool_pool *pool, spool__pending *own,
+                                      const spool__need *need);
 /* Enters a chunk just allocated on own's stream and cuts need bytes off it; NULL without host
  * memory (the caller gives the chunk back). */
 spool__block *spool__heap_add_chunk(spool_pool *pool, spool__pending *own, uintptr_t addr,
