@@ -1,7 +1,9 @@
 /* The stream-ordered heap under the per-stream fronts: chunks taken from the pool with
  * cudaMallocFromPoolAsync, and blocks placed in them by a segregated near best fit (FIT_WALK)
  * that splits on allocation and coalesces on free (boundary tags: each block knows its
- * neighbours).
+ * neighbours). One index holds every free range, shared or pending on a stream (each marked
+ * with its owner): a fit walks one set of lists, and a range its fence shares stays where it
+ * is unless it merges.
  *
  * Why a heap and not size-class caches: a block that can be split and merged serves any later
  * size, so a stream keeps about what it uses instead of one block of every size it has seen,
@@ -135,30 +137,36 @@ static unsigned next_class(const spool__bins *x, unsigned c) {
  * of memory looks at every range: a request that fits a free range is never refused. */
 #define FIT_WALK 4
 
-/* A small block of at least need bytes (of class c), or NULL: the smallest of the first `walk`
- * ranges of class c that fit (the class holds sizes on both sides of need), else the smallest
- * of the first class above that has one (all of its ranges fit). */
-static spool__block *bins_fit(const spool__bins *x, uint64_t need, unsigned c, unsigned walk) {
-  if (x->bytes < need) return NULL; /* no range that large: often a stream's own bins */
+/* Whether own's stream may take the free range b: it is shared, or pending on own. */
+static inline bool usable(const spool__block *b, const spool__pending *own) {
+  return !b->owner || b->owner == own;
+}
+
+/* A small block of at least need bytes (of class c) that own may take, or NULL: the smallest of
+ * those among the first `walk` ranges of class c (the class holds sizes on both sides of need),
+ * else the smallest of the first class above that has one (all of its ranges fit). Ranges
+ * pending on other streams sit in the same lists and are passed over. */
+static spool__block *bins_fit(const spool__bins *x, const spool__pending *own, uint64_t need,
+                              unsigned c, unsigned walk) {
+  if (x->bytes < need) return NULL; /* no range that large */
   spool__block *best = NULL;
   unsigned walked = 0;
   for (spool__block *b = x->head[c]; b && walked < walk; b = b->fnext, walked++)
-    if (b->bytes >= need && (!best || b->bytes < best->bytes)) best = b;
+    if (b->bytes >= need && usable(b, own) && (!best || b->bytes < best->bytes)) best = b;
   if (best) return best;
-  unsigned k = next_class(x, c + 1);
-  if (k == SPOOL__CLASSES) return NULL;
-  for (spool__block *b = x->head[k]; b; b = b->fnext)
-    if (!best || b->bytes < best->bytes || (b->bytes == best->bytes && b->addr < best->addr))
-      best = b;
-  return best;
+  for (unsigned k = next_class(x, c + 1); k < SPOOL__CLASSES; k = next_class(x, k + 1)) {
+    for (spool__block *b = x->head[k]; b; b = b->fnext)
+      if (usable(b, own) && (!best || b->bytes < best->bytes ||
+                             (b->bytes == best->bytes && b->addr < best->addr)))
+        best = b;
+    if (best) return best;
+  }
+  return NULL;
 }
 
 /* ---- which index a free range is in ----------------------------------------------------- */
 
-static spool__bins *bins_of(spool__heap *h, spool__block *b) {
-  unsigned band = b->band;
-  return b->owner ? &b->owner->bins[band] : &h->shared[band];
-}
+static spool__bins *bins_of(spool__heap *h, const spool__block *b) { return &h->bins[b->band]; }
 
 static void pending_append(spool__pending *o, spool__block *b) {
   b->pnext = NULL;
@@ -208,7 +216,10 @@ static void empty_append(spool__heap *h, spool__chunk *c) {
 /* Takes the free range b out of its index. */
 static void unlist(spool__heap *h, spool__block *b) {
   bin_remove(bins_of(h, b), b);
-  if (b->owner) pending_remove(b->owner, b);
+  if (b->owner) {
+    pending_remove(b->owner, b);
+    b->owner->bytes -= b->bytes;
+  }
   h->free_bytes -= b->bytes;
   if (whole(b)) empty_remove(h, b->chunk);
 }
@@ -216,7 +227,10 @@ static void unlist(spool__heap *h, spool__block *b) {
 /* Puts the free range b into the index its owner says. */
 static void enlist(spool__heap *h, spool__block *b) {
   bin_insert(bins_of(h, b), b);
-  if (b->owner) pending_append(b->owner, b);
+  if (b->owner) {
+    pending_append(b->owner, b);
+    b->owner->bytes += b->bytes;
+  }
   h->free_bytes += b->bytes;
   if (whole(b)) empty_append(h, b->chunk);
 }
@@ -294,6 +308,7 @@ static spool__block *carve(spool__heap *h, spool__block *b, uint64_t need, bool 
     b->bytes -= need;
     bin_insert_in(x, b, c);
   }
+  if (b->owner) b->owner->bytes -= need;
   h->free_bytes -= need;
   return u;
 }
@@ -305,9 +320,7 @@ spool__block *spool__heap_fit(spool_pool *p, spool__pending *own, const spool__n
   unsigned band = need->band;
   unsigned walk = wide ? UINT_MAX : FIT_WALK;
   for (; !b && band < SPOOL__BANDS; band++) {
-    spool__block *mine = bins_fit(&own->bins[band], need->bytes, need->cls, walk);
-    spool__block *any = bins_fit(&h->shared[band], need->bytes, need->cls, walk);
-    b = !any || (mine && mine->bytes <= any->bytes) ? mine : any;
+    b = bins_fit(&h->bins[band], own, need->bytes, need->cls, walk);
     if (!wide) break;
   }
   if (!b) return NULL;
@@ -321,9 +334,8 @@ static void bins_prefetch(const spool__bins *x, unsigned c) {
   __builtin_prefetch(&x->head[c]);
 }
 
-void spool__heap_fit_prefetch(spool_pool *p, spool__pending *own, const spool__need *need) {
-  bins_prefetch(&own->bins[need->band], need->cls);
-  bins_prefetch(&p->heap.shared[need->band], need->cls);
+void spool__heap_fit_prefetch(spool_pool *p, const spool__need *need) {
+  bins_prefetch(&p->heap.bins[need->band], need->cls);
 }
 
 spool__block *spool__heap_fit_leftover(spool_pool *p, spool__pending *own,
@@ -411,13 +423,26 @@ void spool__heap_release(spool_pool *p, spool__pending *own, spool__block *b) {
   enlist(h, coalesce(h, b));
 }
 
-/* Every range own freed up to tick (inclusive) becomes shared. */
+/* Whether n is a free shared range (one a range just shared merges with). */
+static bool free_shared(const spool__block *n) {
+  return n && n->state == SPOOL__BLOCK_FREE && !n->owner;
+}
+
+/* Every range own freed up to tick (inclusive) becomes shared. One with no shared neighbour
+ * stays where it is in the index, which is the same for every owner; one that merges, or a
+ * whole chunk (its idle wait starts now), is listed anew. */
 static void publish(spool__heap *h, spool__pending *own, uint64_t tick) {
   while (own->head && own->head->tick <= tick) {
     spool__block *b = own->head;
-    unlist(h, b);
+    if (whole(b) || free_shared(b->prev) || free_shared(b->next)) {
+      unlist(h, b);
+      b->owner = NULL;
+      enlist(h, coalesce(h, b));
+      continue;
+    }
+    pending_remove(own, b);
+    own->bytes -= b->bytes;
     b->owner = NULL;
-    enlist(h, coalesce(h, b));
   }
 }
 
@@ -634,29 +659,25 @@ static uint64_t bins_largest(const spool__bins *x) {
 uint64_t spool__heap_largest_free(const spool_pool *p) {
   uint64_t most = 0;
   for (unsigned band = 0; band < SPOOL__BANDS; band++) {
-    uint64_t n = bins_largest(&p->heap.shared[band]);
+    uint64_t n = bins_largest(&p->heap.bins[band]);
     most = n > most ? n : most;
-    for (const spool__scache *c = p->caches; c; c = c->next) {
-      n = bins_largest(&c->pend.bins[band]);
-      most = n > most ? n : most;
-    }
   }
   return most;
 }
 
 uint64_t spool__heap_pending_bytes(const spool__pending *own) {
-  uint64_t n = 0;
-  for (unsigned b = 0; b < SPOOL__BANDS; b++) n += own->bins[b].bytes;
-  return n;
+  return own->bytes;
 }
 
 /* ---- invariants ------------------------------------------------------------------------- */
 
 /* Every rule the heap keeps, checked by walking it (tests, under the pool's lock): blocks tile
- * their chunk in address order with consistent links; a free range sits in the bin of its size
- * in the index its owner names; no two neighbouring free ranges that should have merged (both
- * shared, or pending on the same stream); the byte counts agree with the walk. */
-static bool check_chunk(const spool__chunk *c, uint64_t *free_bytes, char *why, size_t len) {
+ * their chunk in address order with consistent links; a free range sits in the bin of its size;
+ * no two neighbouring free ranges that should have merged (both shared, or pending on the same
+ * stream); each stream's pending list holds its ranges in the order it freed them; the byte
+ * counts agree with the walk. */
+static bool check_chunk(const spool__chunk *c, uint64_t *free_bytes, uint64_t *pending_bytes,
+                        char *why, size_t len) {
   uintptr_t at = c->addr;
   const spool__block *prev = NULL;
   for (const spool__block *b = c->first; b; prev = b, b = b->next) {
@@ -676,6 +697,7 @@ static bool check_chunk(const spool__chunk *c, uint64_t *free_bytes, char *why, 
       return false;
     }
     if (b->state == SPOOL__BLOCK_FREE) *free_bytes += b->bytes;
+    if (b->state == SPOOL__BLOCK_FREE && b->owner) *pending_bytes += b->bytes;
     at += b->bytes;
   }
   if (prev != c->last) {
@@ -720,20 +742,53 @@ static bool check_empty_list(const spool__heap *h, uint64_t empty, char *why, si
   return true;
 }
 
+/* A stream's list of pending ranges: each free and its own, in the order it freed them, their
+ * bytes its count. Adds them to *listed. */
+static bool check_pending(const spool__pending *own, uint64_t *listed, char *why, size_t len) {
+  uint64_t n = 0, tick = 0;
+  const spool__block *prev = NULL;
+  for (const spool__block *b = own->head; b; prev = b, b = b->pnext) {
+    const char *bad = NULL;
+    if (b->state != SPOOL__BLOCK_FREE || b->owner != own) bad = "a range it does not own";
+    else if (b->pprev != prev) bad = "a broken link";
+    else if (b->tick < tick) bad = "out of order";
+    if (bad) {
+      snprintf(why, len, "pending list: range %p (%llu bytes): %s", (void *)b->addr,
+               (unsigned long long)b->bytes, bad);
+      return false;
+    }
+    tick = b->tick;
+    n += b->bytes;
+  }
+  if (prev != own->tail || n != own->bytes) {
+    snprintf(why, len, "pending list: %llu bytes listed, %llu counted", (unsigned long long)n,
+             (unsigned long long)own->bytes);
+    return false;
+  }
+  *listed += n;
+  return true;
+}
+
 bool spool__heap_check(spool_pool *p, char *why, size_t len) {
   pthread_mutex_lock(&p->lock);
   const spool__heap *h = &p->heap;
-  uint64_t free_bytes = 0, chunk_bytes = 0, listed = 0, empty = 0;
+  uint64_t free_bytes = 0, pending = 0, chunk_bytes = 0, listed = 0, listed_pending = 0;
+  uint64_t empty = 0;
   bool ok = true;
   for (const spool__chunk *c = h->chunks; c && ok; c = c->next) {
     chunk_bytes += c->bytes;
-    ok = check_chunk(c, &free_bytes, why, len);
+    ok = check_chunk(c, &free_bytes, &pending, why, len);
     empty += one_free_range(c);
   }
   if (ok) ok = check_empty_list(h, empty, why, len);
-  for (unsigned b = 0; b < SPOOL__BANDS; b++) listed += bins_bytes(&h->shared[b]);
-  for (const spool__scache *c = p->caches; c; c = c->next)
-    for (unsigned b = 0; b < SPOOL__BANDS; b++) listed += bins_bytes(&c->pend.bins[b]);
+  for (const spool__scache *c = p->caches; c && ok; c = c->next)
+    ok = check_pending(&c->pend, &listed_pending, why, len);
+  if (ok && listed_pending != pending) {
+    snprintf(why, len, "pending bytes: %llu walked, %llu in the streams' lists",
+             (unsigned long long)pending, (unsigned long long)listed_pending);
+    ok = false;
+  }
+  for (unsigned b = 0; b < SPOOL__BANDS; b++) listed += bins_bytes(&h->bins[b]);
   if (ok && (free_bytes != h->free_bytes || listed != h->free_bytes ||
              chunk_bytes != h->chunk_bytes)) {
     snprintf(why, len, "free bytes: %llu walked, %llu in the bins, %llu counted; chunk bytes "

@@ -349,7 +349,7 @@ static SPOOL__NOINLINE spool_status miss(spool_pool *p, spool__scache *c, void *
                                          size_t size, unsigned cls, cudaStream_t stream,
                                          const spool__site *site) {
   const spool__need need = spool__need_of(size, cls);
-  spool__heap_fit_prefetch(p, &c->pend, &need);
+  spool__heap_fit_prefetch(p, &need);
   pthread_mutex_lock(&p->lock);
   held h = enter(c); /* after the pool's lock: a thread taking the front back waits outside */
   const bool brief_miss = brief(p, c); /* a spill leaves it as it is */

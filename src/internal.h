@@ -304,10 +304,11 @@ typedef struct spool__bins {
   spool__block *head[SPOOL__CLASSES];
 } spool__bins;
 
-/* What the heap keeps per stream: the ranges freed on it that other streams may not take yet,
- * and the fence that will make them shared. Guarded by the pool's lock. */
+/* What the heap keeps per stream: the ranges freed on it that other streams may not take yet
+ * (in the heap's one index, marked with their owner), and the fence that will make them
+ * shared. Guarded by the pool's lock. */
 typedef struct spool__pending {
-  spool__bins bins[SPOOL__BANDS];
+  uint64_t bytes;            /* in its pending ranges */
   spool__block *head, *tail; /* pending ranges, oldest first */
   uint64_t tick;             /* ranges released so far */
   uint64_t fence_tick;       /* the last tick the recorded fence covers */
@@ -318,7 +319,7 @@ typedef struct spool__pending {
 
 /* The pool-wide part. Guarded by the pool's lock. */
 typedef struct spool__heap {
-  spool__bins shared[SPOOL__BANDS];
+  spool__bins bins[SPOOL__BANDS]; /* every free range, shared or pending, by band */
   spool__chunk *chunks;
   /* The chunks that are one free range, in the order they became so: their empty_since rises
    * along the list, so the look for idle chunks reads the oldest only, not every chunk. */
@@ -365,10 +366,10 @@ static inline spool__need spool__need_of(uint64_t size, unsigned cls) {
  * when no chunk can be had. NULL also without host memory for a record. */
 spool__block *spool__heap_fit(spool_pool *pool, spool__pending *own, const spool__need *need,
                               bool wide);
-/* Starts the loads of the lines a fit of need bytes for own will read first (its bins' bytes
- * and maps, and the list heads of need's class), so that they arrive while the caller takes
- * the pool's lock and spills its front. Reads nothing itself: safe without the lock. */
-void spool__heap_fit_prefetch(spool_pool *pool, spool__pending *own, const spool__need *need);
+/* Starts the loads of the lines a fit of need bytes will read first (its band's bytes and map,
+ * and the list head of need's class), so that they arrive while the caller takes the pool's
+ * lock and spills its front. Reads nothing itself: safe without the lock. */
+void spool__heap_fit_prefetch(spool_pool *pool, const spool__need *need);
 /* A used block of need bytes from the top of a chunk own's stream took for a larger band, out
  * of the free range that ends it, when that range is own's or shared and too small for any
  * request of the chunk's band (no block of that band could use it), or NULL. For a brief
