@@ -94,7 +94,7 @@ void spool__census_sum(spool_pool *p, spool__cache_counters *cc) {
     cc->buffers_in_use += k->buffers_in_use;
     cc->bytes_cached += k->bytes_cached;
     cc->bytes_front += k->bytes_cached;
-    cc->bytes_cached += c->quar_bytes;
+    cc->bytes_cached += c->quar_bytes + c->outbox_bytes;
     cc->allocs += k->allocs;
     cc->frees += k->frees;
     cc->bytes_allocated += k->bytes_allocated;
@@ -138,8 +138,10 @@ void spool__census_each_stream(spool_pool *p, void (*fn)(const spool__stream_idl
   pthread_mutex_lock(&p->lock);
   for (spool__scache *c = p->caches; c; c = c->next) {
     front_lock(c);
+    /* the outbox's blocks are on their way to pending in the heap */
     spool__stream_idle idle = {c->stream, c->thread, c->c.bytes_cached,
-                               spool__heap_pending_bytes(&c->pend), c->c.bytes_in_use};
+                               spool__heap_pending_bytes(&c->pend) + c->outbox_bytes,
+                               c->c.bytes_in_use};
     front_unlock(c);
     fn(&idle, arg);
   }
@@ -164,7 +166,7 @@ static bool anything_held(spool_pool *p) {
   bool any = false;
   for (spool__scache *c = p->caches; c && !any; c = c->next) {
     front_lock(c);
-    any = c->front_blocks > 0 || c->quar_count > 0;
+    any = c->front_blocks > 0 || c->quar_count > 0 || c->outbox_count > 0;
     front_unlock(c);
   }
   return any;

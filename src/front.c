@@ -224,9 +224,21 @@ static void spill_head(spool_pool *p, spool__scache *c, unsigned cls, uint32_t n
   if (!bin->count) c->front_map[cls / 64] &= ~((uint64_t)1 << (cls % 64));
 }
 
+uint32_t spool__front_drain(spool_pool *p, spool__scache *c) {
+  uint32_t n = c->outbox_count;
+  for (uint32_t i = 0; i < n; i++) {
+    spool__buffer *b = c->outbox[i];
+    spool__index_remove(&c->blocks, b->ptr);
+    spool__front_bury(p, c, b);
+  }
+  c->outbox_count = 0;
+  c->outbox_bytes = 0;
+  return n;
+}
+
 /* Within a bin the oldest lie first. */
 uint32_t spool__front_spill_held(spool_pool *p, spool__scache *c, uint64_t age) {
-  uint32_t spilled = 0;
+  uint32_t spilled = spool__front_drain(p, c);
   uint64_t keep_from = c->tick > age ? c->tick - age : 0; /* with age > 0 */
   for (unsigned w = 0; w < SPOOL__BIN_WORDS; w++) {
     for (uint64_t m = c->front_map[w]; m; m &= m - 1) {

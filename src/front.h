@@ -248,8 +248,12 @@ static inline spool__buffer *front_rec(const spool__scache *c, uintptr_t u) {
  * freed (for double-free messages) and its block goes into the heap, pending on c's stream
  * (the record goes with it): every way a block leaves a stream's keeping ends here. */
 void spool__front_bury(spool_pool *p, spool__scache *c, const spool__buffer *b);
-/* Under the pool's lock: the blocks of c's front that the stream has not taken back within its
- * last `age` frees go into the heap (age 0: all of them). Returns how many went. */
+/* Under the pool's lock and c's: the blocks of c's outbox go into the heap, pending on c's
+ * stream. Returns how many went (heap operations of the stream's, for its fence). */
+uint32_t spool__front_drain(spool_pool *p, spool__scache *c);
+/* Under the pool's lock: the blocks of c's outbox, and those of its front that the stream has
+ * not taken back within its last `age` frees, go into the heap (age 0: all of them). Returns
+ * how many went. */
 uint32_t spool__front_spill(spool_pool *p, spool__scache *c, uint64_t age);
 /* The same under c's lock too. */
 uint32_t spool__front_spill_held(spool_pool *p, spool__scache *c, uint64_t age);

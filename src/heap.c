@@ -10,8 +10,10 @@
  * - A miss puts the stream's stale front blocks into the heap (chunks.c: pending on S, merged
  *   with their free neighbours) and takes a block of the size asked from the heap: the front
  *   holds only what a stream repeats, never a cover of every size it has seen. A free that
- *   would take the front past front_limit goes into the heap at once (one block of the size
- *   asked last is kept, until the stream's next miss).
+ *   would take the front past front_limit goes into the heap at the stream's next miss, which
+ *   takes the pool's lock anyway (it waits in the front's outbox; the free that finds the
+ *   outbox full puts it all in): a free takes no lock but its stream's. One block of the size
+ *   asked last is kept in the front, until the stream's next miss.
  * - A brief stream (front.h: its buffers live through few of its allocations, few at once)
  *   keeps its working set in its front, up to its peak in use, and takes front blocks up to
  *   128 times the size asked: a stream of ever-changing sizes hits on every pair.
@@ -353,6 +355,7 @@ static SPOOL__NOINLINE spool_status miss(spool_pool *p, spool__scache *c, void *
   pthread_mutex_lock(&p->lock);
   held h = enter(c); /* after the pool's lock: a thread taking the front back waits outside */
   const bool brief_miss = brief(p, c); /* a spill leaves it as it is */
+  c->pend.ops += spool__front_drain(p, c);
   spool__front_spill_due(p, c, brief_miss);
   spool__front_spill_below(p, c, cls, brief_miss);
   heap_stream_op(p, &c->pend, stream);
@@ -555,8 +558,28 @@ static SPOOL__INLINE bool to_bin(spool_pool *p, spool__scache *c, spool__buffer 
   return true;
 }
 
+/* Under c's lock: the live block b, freed on c's stream past its front's bound, waits in the
+ * outbox for the stream's next miss (there is room: the caller looked). */
+static SPOOL__INLINE void to_outbox(spool_pool *p, spool__scache *c, spool__buffer *b,
+                                    const spool__site *site) {
+  b->state = SPOOL__CACHED;
+  b->died = *site;
+  count_free(p, c, b);
+  c->outbox[c->outbox_count++] = b;
+  c->outbox_bytes += b->bytes;
+}
+
+/* Whether the block b may wait in c's outbox: room, the pool's lock not held already (the free
+ * might as well go into the heap), and not a block whose free records its fence at once. */
+static SPOOL__INLINE bool outbox_admits(const spool_pool *p, const spool__scache *c,
+                                        const spool__buffer *b, bool pool_locked) {
+  return c->outbox_count < SPOOL__OUTBOX && !pool_locked &&
+         !(p->cfg.fence_bytes && b->bytes >= p->cfg.fence_bytes);
+}
+
 /* Under c's lock, held as h (left here): the live block b goes into the heap, pending on c's
- * stream. With the pool's lock held (pool_locked) it is taken no second time. Until it is in
+ * stream, and the outbox with it. With the pool's lock held (pool_locked) it is taken no second
+ * time. Until it is in
  * the graveyard its record stays in c's index, freed: a concurrent free of the same pointer,
  * which looks in the fronts and then in the graveyard, finds it in one of them. */
 static SPOOL__NOINLINE void to_heap(spool_pool *p, spool__scache *c, spool__buffer *b,
@@ -576,6 +599,7 @@ static SPOOL__NOINLINE void to_heap(spool_pool *p, spool__scache *c, spool__buff
   __builtin_prefetch(b->blk->prev);
   __builtin_prefetch(b->blk->next);
   spool__index_remove(&c->blocks, b->ptr);
+  c->pend.ops += spool__front_drain(p, c); /* with the lock taken, the outbox goes too */
   leave(c, h);
   uint64_t bytes = b->bytes;
   spool__front_bury(p, c, b); /* b's record goes with its block */
@@ -658,7 +682,8 @@ static SPOOL__NOINLINE spool_status free_live_slow(spool_pool *p, spool__scache 
 }
 
 /* Frees the live block b of c's table: into the front, or past its bound (or without host
- * memory for its bin) into the heap. c is held as h; leaves it. */
+ * memory for its bin) into the outbox, or when that is full into the heap. c is held as h;
+ * leaves it. */
 static SPOOL__INLINE spool_status free_live(spool_pool *p, spool__scache *c, spool__buffer *b,
                                      cudaStream_t stream, const spool__site *site,
                                      bool capturing, held h, bool pool_locked) {
@@ -666,6 +691,11 @@ static SPOOL__INLINE spool_status free_live(spool_pool *p, spool__scache *c, spo
   if (SPOOL__UNLIKELY(capturing || p->cfg.poison))
     return free_live_slow(p, c, b, stream, site, capturing, h, pool_locked);
   if (front_admits(p, c, b) && to_bin(p, c, b, site)) {
+    leave(c, h);
+    return SPOOL_OK;
+  }
+  if (outbox_admits(p, c, b, pool_locked)) {
+    to_outbox(p, c, b, site);
     leave(c, h);
     return SPOOL_OK;
   }

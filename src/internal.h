@@ -440,6 +440,8 @@ bool spool__bin_grow(spool__bin *bin);
  * free at that thread's next first use of a stream. Thread safe; no CUDA calls. */
 void spool__front_pool_gone(uint64_t pool_id);
 
+#define SPOOL__OUTBOX 8 /* frees past a front's bound that wait for its stream's next miss */
+
 /* What one stream cache has counted; summed over the caches for spool_stats. bytes_cached: in
  * the front bins. */
 typedef struct spool__cache_counters {
@@ -497,6 +499,12 @@ typedef struct spool__scache {
   uintptr_t *quar;
   uint32_t quar_head, quar_count, quar_cap;
   uint64_t quar_bytes;
+  /* Blocks freed past the front's bound, on their way into the heap at the stream's next miss,
+   * which holds the pool's lock anyway (or at the free that finds it full, or a flush): a free
+   * into the heap takes no lock of the pool's. Freed, in the index until they go. */
+  struct spool__buffer *outbox[SPOOL__OUTBOX];
+  uint32_t outbox_count;
+  uint64_t outbox_bytes;
   spool__pending pend;     /* the heap's part, under the pool's lock */
   atomic_bool device_checked; /* the stream is of the pool's device (created streams) */
   struct spool__scache *next; /* the pool's list, under the pool's lock */

@@ -75,6 +75,50 @@ START_TEST(heap_middle_free_joins_both_neighbours) {
 }
 END_TEST
 
+/* Frees past the front's bound wait for the stream's next miss (or the free that finds eight
+ * waiting): freed for every purpose but placement (counted idle, refused a second time), then
+ * in the heap, merged. */
+START_TEST(heap_frees_past_the_front_wait_for_the_next_miss) {
+  enum { N = 9 }; /* the outbox holds 8 */
+#ifdef SPOOL_TEST_SIM
+  _Static_assert(N == SPOOL__OUTBOX + 1, "the ninth free finds the outbox full");
+#endif
+  spool_pool *p = test_pool_with("front_limit=0");
+  cudaStream_t s = test_stream_create();
+  void *b[N];
+  for (int i = 0; i < N; i++) b[i] = test_alloc_on(p, 160 * KiB, s);
+  void *last = test_alloc_on(p, 512 * KiB, s); /* another size last: no free stays in the front */
+  ck_assert_ptr_eq(b[N - 1], AT(b[0], (size_t)(N - 1) * 160 * KiB)); /* side by side */
+  for (int i = 0; i < N - 1; i++) CK_SPOOL(spool_free(p, b[i], s));
+  spool_stats st = test_stats(p);
+  ck_assert_uint_eq(st.bytes_front, 0);
+  ck_assert_uint_ge(st.bytes_cached, (size_t)(N - 1) * 160 * KiB); /* idle, waiting */
+  ck_assert_uint_le(st.largest_free_block, 96 * KiB); /* the chunk's rest: none merged yet */
+  CK_STATUS(spool_free(p, b[0], s), SPOOL_ERR_DOUBLE_FREE);
+  heap_ok(p);
+  CK_SPOOL(spool_free(p, b[N - 1], s)); /* the ninth: all of them into the heap, merged */
+  ck_assert_uint_ge(test_stats(p).largest_free_block, (size_t)N * 160 * KiB);
+  heap_ok(p);
+  void *one = test_alloc_on(p, 800 * KiB, s);
+  ck_assert_ptr_eq(one, b[0]);
+  void *tiny = test_alloc_on(p, 4 * KiB, s); /* another size last */
+  CK_SPOOL(spool_free(p, one, s)); /* waits */
+  void *again = test_alloc_on(p, 800 * KiB, s); /* a miss: one's block goes in first */
+  ck_assert_ptr_eq(again, b[0]);
+  ck_assert_uint_eq(test_stats(p).chunk_allocs, 1);
+  CK_SPOOL(spool_free(p, again, s));
+  CK_SPOOL(spool_free(p, tiny, s));
+  CK_SPOOL(spool_free(p, last, s));
+  CK_SPOOL(spool_trim(p, 0)); /* what waits goes into the heap, and the chunk back */
+  st = test_stats(p);
+  ck_assert_uint_eq(st.bytes_cached, 0);
+  ck_assert_uint_eq(st.bytes_heap, 0);
+  heap_ok(p);
+  test_pool_destroy(p);
+  test_stream_destroy(s);
+}
+END_TEST
+
 /* Sizes up to 1 MiB, up to 32 MiB and beyond take chunks of their own band: a small block never
  * pins a large chunk. */
 START_TEST(heap_bands_keep_small_blocks_out_of_large_chunks) {
@@ -661,6 +705,7 @@ static Suite *heap_suite(void) {
   tcase_add_test(tc, heap_peak_holds_across_streams);
   tcase_add_test(tc, heap_peak_holds_across_more_streams_than_share_slots);
   tcase_add_test(tc, heap_buffer_peak_holds_across_streams);
+  tcase_add_test(tc, heap_frees_past_the_front_wait_for_the_next_miss);
   tcase_add_test(tc, heap_buffer_peak_of_streams_holding_many_at_once);
   tcase_add_test(tc, heap_report_lists_streams);
   tcase_add_test(tc, heap_refusals_kept);

@@ -313,10 +313,18 @@ START_TEST(trace_marks_the_calls_made_under_a_capture) {
 }
 END_TEST
 
+/* The position in big[0..n) of the chunk given back at ptr (a block cut from its start), or -1. */
+static int chunk_index(void *const *big, int n, uint64_t ptr) {
+  for (int i = 0; i < n; i++)
+    if ((uintptr_t)big[i] == ptr) return i;
+  return -1;
+}
+
 /* Chunks that went idle go back to the pool newest first, in whatever order they emptied (the
  * order of cudaFreeAsync calls decides where the pool puts later chunks), and the trace shows
  * each as it goes. n: chunks, emptied in a scrambled order; a look sorts a few itself and walks
- * every chunk for more. */
+ * every chunk for more. Each look gives back what has been idle long enough by then: its run
+ * of chunk events, uninterrupted by the caller's, is newest first. */
 static void idle_chunks_go_back_newest_first(int n, const char *name) {
   char path[256];
   trace_path(name, path);
@@ -333,14 +341,23 @@ static void idle_chunks_go_back_newest_first(int n, const char *name) {
   CK_SPOOL(spool_trace_flush(p));
   tf_trace t;
   load(path, &t);
-  size_t from = 0;
-  int k = n;
-  for (const tf_event *e; (e = next_of(&t, SPOOL_TRACE_CHUNK_FREE, &from)) != NULL;) {
+  int gone = 0, last = n; /* the chunk given back last in this run */
+  bool seen[32] = {false};
+  for (size_t i = 0; i < t.n; i++) {
+    const tf_event *e = &t.ev[i];
+    if (e->kind != SPOOL_TRACE_CHUNK_FREE) {
+      if (e->kind == SPOOL_TRACE_ALLOC || e->kind == SPOOL_TRACE_FREE) last = n;
+      continue;
+    }
     if (e->size != 32 * MiB) continue;
-    ck_assert_int_gt(k, 0);
-    ck_assert_uint_eq(e->ptr, (uintptr_t)big[--k]); /* a block cut from its chunk's start */
+    int k = chunk_index(big, n, e->ptr);
+    ck_assert_msg(k >= 0 && !seen[k], "chunk event %zu: not one of the big chunks, or twice", i);
+    ck_assert_msg(k < last, "chunk %d went back after chunk %d in the same look", k, last);
+    seen[k] = true;
+    last = k;
+    gone++;
   }
-  ck_assert_int_eq(k, 0);
+  ck_assert_int_eq(gone, n);
   tf_free(&t);
   test_pool_destroy(p);
   test_stream_destroy(s);
