@@ -338,6 +338,13 @@ void spool__heap_fit_prefetch(spool_pool *p, const spool__need *need) {
   bins_prefetch(&p->heap.bins[need->band], need->cls);
 }
 
+void spool__heap_fit_prefetch_ranges(spool_pool *p, const spool__need *need) {
+  const spool__bins *x = &p->heap.bins[need->band];
+  __builtin_prefetch(x->head[need->cls]);
+  unsigned k = next_class(x, need->cls + 1);
+  if (k < SPOOL__CLASSES) __builtin_prefetch(x->head[k]);
+}
+
 spool__block *spool__heap_fit_leftover(spool_pool *p, spool__pending *own,
                                       const spool__need *need) {
   spool__heap *h = &p->heap;

@@ -226,6 +226,11 @@ static void spill_head(spool_pool *p, spool__scache *c, unsigned cls, uint32_t n
 
 uint32_t spool__front_drain(spool_pool *p, spool__scache *c) {
   uint32_t n = c->outbox_count;
+  /* The neighbours each release may merge with are cold: their loads overlap. */
+  for (uint32_t i = 0; i < n; i++) {
+    __builtin_prefetch(c->outbox[i]->blk->prev);
+    __builtin_prefetch(c->outbox[i]->blk->next);
+  }
   for (uint32_t i = 0; i < n; i++) {
     spool__buffer *b = c->outbox[i];
     spool__index_remove(&c->blocks, b->ptr);

@@ -353,6 +353,7 @@ static SPOOL__NOINLINE spool_status miss(spool_pool *p, spool__scache *c, void *
   const spool__need need = spool__need_of(size, cls);
   spool__heap_fit_prefetch(p, &need);
   pthread_mutex_lock(&p->lock);
+  spool__heap_fit_prefetch_ranges(p, &need); /* they load during the front's work below */
   held h = enter(c); /* after the pool's lock: a thread taking the front back waits outside */
   const bool brief_miss = brief(p, c); /* a spill leaves it as it is */
   c->pend.ops += spool__front_drain(p, c);

@@ -370,6 +370,9 @@ spool__block *spool__heap_fit(spool_pool *pool, spool__pending *own, const spool
  * and the list head of need's class), so that they arrive while the caller takes the pool's
  * lock and spills its front. Reads nothing itself: safe without the lock. */
 void spool__heap_fit_prefetch(spool_pool *pool, const spool__need *need);
+/* Then, under the pool's lock, the loads of the first ranges the fit will look at (the heads of
+ * need's class and of the next class that has ranges), each a cold record. */
+void spool__heap_fit_prefetch_ranges(spool_pool *pool, const spool__need *need);
 /* A used block of need bytes from the top of a chunk own's stream took for a larger band, out
  * of the free range that ends it, when that range is own's or shared and too small for any
  * request of the chunk's band (no block of that band could use it), or NULL. For a brief
