@@ -609,7 +609,8 @@ typedef struct spool_stats {
   uint64_t cache_misses;         /* heap allocations the front could not serve: placed in the
                                     heap's free ranges, or in a new chunk from the pool */
   uint64_t bytes_cached;         /* bytes the heap holds ready but not in use: the fronts'
-                                    blocks and the free ranges of its chunks */
+                                    blocks, the frees waiting for their stream's next miss
+                                    to go into the heap, and the free ranges of its chunks */
   uint64_t cache_flushes;        /* times a stream's front was emptied into the heap by
                                     spool_trim, out of memory or spool_stream_release */
   /* the heap (appended after the fields above; read only when size says they are there) */
