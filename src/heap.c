@@ -715,13 +715,6 @@ static spool_status free_capturing(const spool_pool *p, cudaStream_t stream, boo
   return spool__stream_capturing(stream, capturing, FREE);
 }
 
-/* The freeing stream's front, and whether that stream is being captured. */
-static inline spool_status freeing_cache(spool_pool *p, cudaStream_t stream, spool__scache **c,
-                                         bool *capturing) {
-  spool_status s = cache_of(p, stream, c, FREE);
-  return s == SPOOL_OK ? free_capturing(p, stream, capturing) : s;
-}
-
 /* The freeing stream's front takes ptr if it holds it live (SPOOL__FREE_DONE, *s), or tells
  * that it holds it freed (a copy of its record in *dead) or not at all. Forced inline into
  * free_plain, as front_alloc is. */
@@ -783,7 +776,8 @@ static spool__free_result free_moved(spool_pool *p, void *ptr, cudaStream_t stre
                                      spool__buffer *dead) {
   spool__scache *c;
   bool capturing;
-  *s = freeing_cache(p, stream, &c, &capturing);
+  *s = cache_of(p, stream, &c, FREE);
+  if (*s == SPOOL_OK) *s = free_capturing(p, stream, &capturing);
   if (*s != SPOOL_OK) return SPOOL__FREE_DONE;
   spool__buffer *b = NULL;
   pthread_mutex_lock(&p->lock);
