@@ -351,8 +351,8 @@ spool__block *spool__heap_fit_leftover(spool_pool *p, spool__pending *own,
   for (spool__chunk *c = h->chunks; c; c = c->next) {
     if (c->creator != own || c->band <= need->band) continue;
     spool__block *b = c->last;
-    if (b->state == SPOOL__BLOCK_FREE && (!b->owner || b->owner == own) &&
-        b->bytes >= need->bytes && b->bytes <= BAND_MAX[c->band - 1]) {
+    if (b->state == SPOOL__BLOCK_FREE && usable(b, own) && b->bytes >= need->bytes &&
+        b->bytes <= BAND_MAX[c->band - 1]) {
       spool__block *u = carve(h, b, need->bytes, true);
       if (u) h->allocs++;
       return u;
@@ -532,7 +532,7 @@ static void unregister_heap(spool_pool *p, spool__chunk *c) {
 static bool may_go(const spool__heap *h, const spool__chunk *c, const spool__pending *own,
                    uint64_t idle) {
   const spool__block *b = c->first;
-  return h->allocs - c->empty_since >= idle && (!b->owner || b->owner == own) &&
+  return h->allocs - c->empty_since >= idle && usable(b, own) &&
          !(c->malloced && idle);
 }
 

@@ -206,12 +206,17 @@ void spool__front_bury(spool_pool *p, spool__scache *c, const spool__buffer *b) 
   spool__heap_release(p, &c->pend, b->blk);
 }
 
-/* Under c's lock and the pool's: the front block b (its bin entry is the caller's to drop) goes
- * into the heap, pending on c's stream, and is remembered as freed (for double-free messages). */
-static void spill_one(spool_pool *p, spool__scache *c, spool__buffer *b) {
+/* Under c's lock and the pool's: the freed block b, which c still indexes, leaves it for the
+ * heap (pending on c's stream) and the graveyard. Whatever else kept it is the caller's. */
+static void leave_front(spool_pool *p, spool__scache *c, spool__buffer *b) {
   spool__index_remove(&c->blocks, b->ptr);
-  c->c.bytes_cached -= b->bytes;
   spool__front_bury(p, c, b);
+}
+
+/* The same for a front block b (its bin entry is the caller's to drop). */
+static void spill_one(spool_pool *p, spool__scache *c, spool__buffer *b) {
+  c->c.bytes_cached -= b->bytes;
+  leave_front(p, c, b);
 }
 
 /* Under c's lock and the pool's: the first (oldest) n blocks of bin cls go into the heap. */
@@ -231,11 +236,7 @@ uint32_t spool__front_drain(spool_pool *p, spool__scache *c) {
     __builtin_prefetch(c->outbox[i]->blk->prev);
     __builtin_prefetch(c->outbox[i]->blk->next);
   }
-  for (uint32_t i = 0; i < n; i++) {
-    spool__buffer *b = c->outbox[i];
-    spool__index_remove(&c->blocks, b->ptr);
-    spool__front_bury(p, c, b);
-  }
+  for (uint32_t i = 0; i < n; i++) leave_front(p, c, c->outbox[i]);
   c->outbox_count = 0;
   c->outbox_bytes = 0;
   return n;

@@ -535,6 +535,15 @@ static SPOOL__INLINE void count_free(spool_pool *p, spool__scache *c, const spoo
   after_free(p, c);
 }
 
+/* Under c's lock: the live block b is freed at site, wherever it goes next (front bin, outbox,
+ * quarantine or heap): marked freed, its site kept, the counters moved. */
+static SPOOL__INLINE void mark_freed(spool_pool *p, spool__scache *c, spool__buffer *b,
+                                     const spool__site *site) {
+  b->state = SPOOL__CACHED;
+  b->died = *site;
+  count_free(p, c, b);
+}
+
 /* Whether c's front takes one more block b: within its bound (front_bound), or, into an empty
  * front, a block of the size the stream allocated last (a loop of one size, however large,
  * stays on the hit path). A front past its bound goes back into the heap whole at the stream's
@@ -551,11 +560,9 @@ static SPOOL__INLINE bool front_admits(const spool_pool *p, const spool__scache 
 static SPOOL__INLINE bool to_bin(spool_pool *p, spool__scache *c, spool__buffer *b,
                           const spool__site *site) {
   if (!bin_push(c, b->cls, b)) return false;
-  b->state = SPOOL__CACHED;
-  b->died = *site;
   b->freed_at = ++c->tick;
   c->c.bytes_cached += b->bytes;
-  count_free(p, c, b);
+  mark_freed(p, c, b, site);
   return true;
 }
 
@@ -563,9 +570,7 @@ static SPOOL__INLINE bool to_bin(spool_pool *p, spool__scache *c, spool__buffer 
  * outbox for the stream's next miss (there is room: the caller looked). */
 static SPOOL__INLINE void to_outbox(spool_pool *p, spool__scache *c, spool__buffer *b,
                                     const spool__site *site) {
-  b->state = SPOOL__CACHED;
-  b->died = *site;
-  count_free(p, c, b);
+  mark_freed(p, c, b, site);
   c->outbox[c->outbox_count++] = b;
   c->outbox_bytes += b->bytes;
 }
@@ -586,9 +591,7 @@ static SPOOL__INLINE bool outbox_admits(const spool_pool *p, const spool__scache
 static SPOOL__NOINLINE void to_heap(spool_pool *p, spool__scache *c, spool__buffer *b,
                                     cudaStream_t stream, const spool__site *site, held h,
                                     bool pool_locked) {
-  b->state = SPOOL__CACHED;
-  b->died = *site;
-  count_free(p, c, b);
+  mark_freed(p, c, b, site);
   /* A try keeps the front held when the pool's lock is free (the common case); a wait gives the
    * front up first (the order of the locks). */
   if (!pool_locked && pthread_mutex_trylock(&p->lock) != 0) {
@@ -623,12 +626,10 @@ static void quarantine_in(spool_pool *p, spool__scache *c, spool__buffer *b, cud
     to_heap(p, c, b, stream, site, h, pool_locked); /* no host memory: no quarantine */
     return;
   }
-  b->state = SPOOL__CACHED;
-  b->died = *site;
   b->freed_at = ++c->tick;
   c->quar[(c->quar_head + c->quar_count++) % c->quar_cap] = b->ptr;
   c->quar_bytes += b->bytes;
-  count_free(p, c, b);
+  mark_freed(p, c, b, site);
   uintptr_t out[QUAR_OUT_MAX];
   unsigned n = 0;
   while (n < QUAR_OUT_MAX && c->quar_count &&

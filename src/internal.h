@@ -359,9 +359,9 @@ static inline spool__need spool__need_of(uint64_t size, unsigned cls) {
   return (spool__need){bytes, cls, spool__band_of(bytes)};
 }
 
-/* A used block of need bytes for own's stream, from its own pending ranges or the shared ones
- * (the smaller fit) of need's band, or with `wide` (out of memory) of the first band from there
- * up that has one, or NULL. A fit looks at the first few ranges of need's own size class, with
+/* A used block of need bytes for own's stream, from the free ranges of need's band it may take
+ * (shared, or pending on own), or with `wide` (out of memory) of the first band from there up
+ * that has one, or NULL. A fit looks at the first few ranges of need's own size class, with
  * `wide` at all of them. A small block in a large chunk would pin it while it lives: only
  * when no chunk can be had. NULL also without host memory for a record. */
 spool__block *spool__heap_fit(spool_pool *pool, spool__pending *own, const spool__need *need,
