@@ -9,7 +9,6 @@
 #include <stdarg.h>
 #include <stdalign.h>
 #include <stdatomic.h>
-#include <stddef.h>
 
 #if defined(__GNUC__)
 #define SPOOL__PRINTF(f, a) __attribute__((format(printf, f, a)))
@@ -266,10 +265,7 @@ struct spool__chunk;
 /* One block of a chunk: used (a live buffer or one in a front bin) or a free range. Records sit
  * in slabs, line-aligned, and keep their address while the block exists; the fit and the merges
  * read a record's first cache line only: its range, neighbours, bin links, owner, state and
- * band. Three lines in all: a free range's pending links share the third with what only a used
- * block keeps there (its sites, copied into the graveyard before the block goes back to the
- * heap, written anew when it is handed out and freed), so that a release writes the line the
- * free just read. */
+ * band. */
 typedef struct spool__block {
   alignas(SPOOL__CACHE_LINE) uintptr_t addr;
   uint64_t bytes;
@@ -279,19 +275,12 @@ typedef struct spool__block {
   uint16_t bin;
   uint8_t state;
   uint8_t band;                 /* its chunk's band (chunk->band, read without the chunk) */
-  union {
-    spool__buffer buf; /* used: the buffer's record, in its stream's front (heap.c); from the
-                          second line, so that its first fields share one */
-    struct {           /* free */
-      unsigned char buf_head[offsetof(spool__buffer, born)]; /* a used block's only */
-      struct spool__block *pprev, *pnext; /* pending: its stream's list, oldest first */
-      uint64_t tick;   /* pending: the owner's release count at the free */
-    };
-  };
+  spool__buffer buf; /* used: the buffer's record, in its stream's front (heap.c); from the
+                        second line, so that its first fields share one */
+  struct spool__block *pprev, *pnext; /* free and pending: its stream's list, oldest first */
   struct spool__chunk *chunk;
+  uint64_t tick;                /* free and pending: the owner's release count at the free */
 } spool__block;
-
-_Static_assert(sizeof(spool__block) == 3 * SPOOL__CACHE_LINE, "a block record is three lines");
 
 typedef struct spool__chunk {
   uintptr_t addr;
