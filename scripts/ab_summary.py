@@ -11,12 +11,25 @@ spool and spool-tuned. The figure compared is, per workload kind:
   pipeline: host us to queue a frame, lower wins (its wall time is printed beside)
   threads: M pairs/s at the most threads run, higher wins
 Beside the medians: the median over the rounds of each round's ratio to the first tree, which
-the host's changes of speed between rounds move less than they move the medians. Memory
-(reserved high and live high) is printed as the first round saw it.
+the host's changes of speed between rounds move less than they move the medians, with a 90%
+interval for it (the rounds resampled 2,000 times: two processes of one tree can differ by more
+than the change measured, so a ratio whose interval straddles 1 has not shown a difference),
+and the ratio of the fastest rounds (each tree's best over the first tree's best: the run the
+host disturbed least). Memory (reserved high and live high) is printed as the first round saw
+it.
 """
+import random
 import re
 import statistics
 import sys
+
+
+def interval(ratios, resamples=2000, seed=1):
+    """The 5th and 95th percentiles of the median of ratios resampled with replacement."""
+    rng = random.Random(seed)
+    meds = sorted(statistics.median(rng.choices(ratios, k=len(ratios)))
+                  for _ in range(resamples))
+    return meds[int(0.05 * resamples)], meds[int(0.95 * resamples) - 1]
 
 
 def figure(workload, fields):
@@ -89,9 +102,13 @@ def main(path):
                               (r[1] >= ref[r[0]] if higher else r[1] <= ref[r[0]]))
                     ratios = [r[1] / ref[r[0]] for r in got if ref.get(r[0])]
                     ratio = statistics.median(ratios) if ratios else float('nan')
-                    line += f'  won {won}/{len(got)}  x{ratio:.2f}'
+                    lo, hi = interval(ratios) if ratios else (float('nan'), float('nan'))
+                    pick = max if higher else min
+                    best = pick(r[1] for r in got) / pick(ref.values())
+                    line += f'  won {won}/{len(got)}  x{ratio:.2f} [{lo:.2f}, {hi:.2f}]'
+                    line += f'  best x{best:.2f}'
                 else:
-                    line += ' ' * 18
+                    line += ' ' * 44
                 print(line + f'  all {" ".join(f"{r[1]:.1f}" for r in got)}  [{got[0][3]}]')
 
 
