@@ -21,7 +21,10 @@ import subprocess
 import sys
 import tempfile
 
-LOOPS = {'churn': ('churn_steps', 10000 * 3 + 2000)}  # the measured function, its steps
+# The measured function and the steps it runs: spool_bench's counts (bench/workload.c,
+# counts_init: 3 reps of churn_steps and the warm-up's churn_warmup).
+LOOP = 'churn_steps'
+STEPS = 10000 * 3 + 2000
 
 
 def groups_of(path):
@@ -64,9 +67,13 @@ def main():
     bench = os.path.join(a.build, 'bench', 'spool_bench_sim')
     if not os.access(bench, os.X_OK):
         sys.exit(f'callgrind_counts: no {bench}: build the target spool_bench_sim first')
-    fn, steps = LOOPS['churn']
-    out = a.keep or tempfile.mktemp(prefix='callgrind-', suffix='.out')
-    run = subprocess.run(['valgrind', '--tool=callgrind', f'--toggle-collect={fn}',
+    steps = STEPS
+    if a.keep:
+        out = a.keep
+    else:
+        with tempfile.NamedTemporaryFile(prefix='callgrind-', suffix='.out', delete=False) as f:
+            out = f.name
+    run = subprocess.run(['valgrind', '--tool=callgrind', f'--toggle-collect={LOOP}',
                           '--cache-sim=yes', f'--callgrind-out-file={out}', bench, '--only',
                           'churn', '--strategies', a.strategy, '--reps', '3'],
                          capture_output=True, text=True)
@@ -83,7 +90,8 @@ def main():
         total[g][1] += d1
     print(f'churn, {a.strategy}: a step, over {steps} steps')
     for g in ('spool', 'sim', 'bench', 'libc'):
-        print(f'  {g:6} {total[g][0] / steps:8.1f} instructions {total[g][1] / steps:6.2f} L1 misses')
+        ir, d1 = total[g][0] / steps, total[g][1] / steps
+        print(f'  {g:6} {ir:8.1f} instructions {d1:6.2f} L1 misses')
     print('functions (self):')
     for (g, f), (ir, d1) in sorted(costs.items(), key=lambda kv: -kv[1][0])[:a.top]:
         print(f'  {ir / steps:8.1f} {d1 / steps:6.2f}  {g:5} {f}')
