@@ -185,8 +185,9 @@ static void method_line(FILE *out, const workload *wl, const counts *c) {
             "over none;\n  wall ms/f: per frame until its streams are synchronized\n");
     break;
   case KIND_CHURN:
-    fprintf(out, "  %ld live buffers, %ld steps per rep on %d streams, synchronized every %d "
-            "steps\n", c->churn_live, c->churn_steps, wl->streams, BENCH_CHURN_SYNC);
+    fprintf(out, "  %ld live buffers, %ld steps per rep after a warm-up of %ld, on %d streams, "
+            "synchronized every %d steps\n", c->churn_live, c->churn_steps, c->churn_warmup,
+            wl->streams, BENCH_CHURN_SYNC);
     break;
   case KIND_THREADS:
     fprintf(out, "  %ld pairs per thread per rep (cudaMalloc: %ld), each thread's stream "

@@ -9,7 +9,8 @@ A/B on the GPU's host carries that host's noise.
 
 BUILD: a build tree holding bench/spool_bench_sim (for line-level names, configure it with
 -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS=-g). Only the churn loop is counted
-(--toggle-collect on churn_steps): 3 reps of 10,000 steps and the warm-up's 2,000. Prints each
+(--toggle-collect on churn_steps): the warm-up and 3 reps, whose step counts the bench's own
+method line gives. Prints each
 group's instructions and L1 misses a step, then the functions with the most instructions of
 their own (inlined code counted where it was inlined into).
 """
@@ -21,10 +22,19 @@ import subprocess
 import sys
 import tempfile
 
-# The measured function and the steps it runs: spool_bench's counts (bench/workload.c,
-# counts_init: 3 reps of churn_steps and the warm-up's churn_warmup).
-LOOP = 'churn_steps'
-STEPS = 10000 * 3 + 2000
+LOOP = 'churn_steps'  # the measured function: the warm-up and every rep of churn
+REPS = 3
+# spool_bench's method line under the churn table says how many steps each part runs.
+METHOD = re.compile(r'(\d+) steps per rep after a warm-up of (\d+)')
+
+
+def steps_of(stdout):
+    """The steps LOOP ran, from the bench's own words (warm-up + REPS reps)."""
+    m = METHOD.search(stdout)
+    if not m:
+        sys.exit("callgrind_counts: the bench did not print churn's step counts "
+                 "('N steps per rep after a warm-up of M'): an older spool_bench?")
+    return int(m.group(2)) + REPS * int(m.group(1))
 
 
 def groups_of(path):
@@ -67,7 +77,6 @@ def main():
     bench = os.path.join(a.build, 'bench', 'spool_bench_sim')
     if not os.access(bench, os.X_OK):
         sys.exit(f'callgrind_counts: no {bench}: build the target spool_bench_sim first')
-    steps = STEPS
     if a.keep:
         out = a.keep
     else:
@@ -75,10 +84,11 @@ def main():
             out = f.name
     run = subprocess.run(['valgrind', '--tool=callgrind', f'--toggle-collect={LOOP}',
                           '--cache-sim=yes', f'--callgrind-out-file={out}', bench, '--only',
-                          'churn', '--strategies', a.strategy, '--reps', '3'],
+                          'churn', '--strategies', a.strategy, '--reps', str(REPS)],
                          capture_output=True, text=True)
     if run.returncode != 0:
         sys.exit(f'callgrind_counts: the run failed:\n{run.stderr[-2000:]}')
+    steps = steps_of(run.stdout)
     ann = subprocess.run(['callgrind_annotate', '--auto=no', '--inclusive=no',
                           '--show=Ir,D1mr,D1mw', out], capture_output=True, text=True).stdout
     costs = parse(ann)
