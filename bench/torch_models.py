@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The two PyTorch workloads of spool's plug-in tests and benchmark: a small CNN and a small
-transformer encoder, trained on random data (issue 7).
+transformer encoder, trained on random data.
 
 One training run per process, under one allocator, since PyTorch's allocator can be chosen only
 once per process:

@@ -1,16 +1,15 @@
 /* track_cost: what spool's bookkeeping costs on the host, per spool_alloc + spool_free pair.
  *
- * Issue 3 asks for the default `track` level to be the cheapest one that still catches double
- * frees and foreign pointers, with its cost per alloc+free pair measured and written in the
- * README. This program measures it: host nanoseconds per SPOOL_ALLOC + SPOOL_FREE pair on one
- * non-blocking stream, for
+ * The default `track` level is the cheapest one that still catches double frees and foreign
+ * pointers, and the README quotes its cost per alloc+free pair. This program measures it: host
+ * nanoseconds per SPOOL_ALLOC + SPOOL_FREE pair on one non-blocking stream, for
  *
  *   track=off, track=counts, track=full, and poison=on (with track=counts),
  *
  * against the same pair made straight to CUDA (cudaMallocFromPoolAsync + cudaFreeAsync) on a
  * pool of the same kind (an own cudaMemPool with release threshold max, as spool creates by
- * default). The difference is spool's cost. SPOOL_ALLOC / SPOOL_FREE are the forms issue 3 asks
- * users to write; at off and counts they ignore the call site, at full they record it.
+ * default). The difference is spool's cost. SPOOL_ALLOC / SPOOL_FREE are the forms the README's
+ * examples use; at off and counts they ignore the call site, at full they record it.
  *
  * Method: per row and size, a fresh pool, 10,000 warm-up pairs (the pool grows to its working
  * set, the tracking table to its size, caches warm), then `runs` runs of `pairs` pairs each,

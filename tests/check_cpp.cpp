@@ -687,7 +687,7 @@ END_TEST
 #endif /* SPOOL_TEST_SIM */
 
 
-/* ---- scope and batch (issue 5) --------------------------------------------------------------- */
+/* ---- scope and batch ------------------------------------------------------------------------- */
 
 static_assert(!std::is_copy_constructible<spool::scope>::value, "scope is move-only");
 static_assert(std::is_nothrow_move_constructible<spool::scope>::value, "scope moves");

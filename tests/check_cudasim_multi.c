@@ -1,4 +1,4 @@
-/* Tests of cudasim's issue 6 additions (cudasim_ipc.c): stream devices,
+/* Tests of cudasim's multi-device and IPC model (cudasim_ipc.c): stream devices,
  * pointer attributes, shareable and imported pools, and cudasim_kernel's access rules, so that
  * check_multi_sim and check_ipc_sim can trust them. Every test starts from cudasim_reset(). */
 #ifndef _POSIX_C_SOURCE

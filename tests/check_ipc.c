@@ -1,4 +1,4 @@
-/* check_ipc: pools shared between processes (issue 6): the ipc key, shareable pools and the
+/* check_ipc: pools shared between processes: the ipc key, shareable pools and the
  * rules CUDA imposes on them (never shrink, no allocation under capture, imported pools cannot
  * allocate), spool_pool_export / spool_pool_import with the descriptor passed over a Unix domain
  * socket (SCM_RIGHTS), spool_export_pointer / spool_import_pointer, and two real processes.

@@ -1,4 +1,4 @@
-/* check_multi: several devices (issue 6): one pool per device, the stream-device rule of
+/* check_multi: several devices: one pool per device, the stream-device rule of
  * spool_alloc, the pointer-to-pool lookup, peer access (spool_pool_set_access, the config's
  * peer_access, the report), kernels of one device on another device's pool memory, and the
  * refusal of a kernel without access (in a child process on a GPU, where the fault sticks).

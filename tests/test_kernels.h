@@ -29,7 +29,7 @@ cudaError_t test_kernel_add(uint32_t *p, size_t n, uint32_t add, cudaStream_t s)
 /* dst[i] = src[i] for i < n, on stream s: a kernel's loads from src and stores to dst. */
 cudaError_t test_kernel_copy(uint32_t *dst, const uint32_t *src, size_t n, cudaStream_t s);
 
-/* issue 5 (check_handoff): waits ms milliseconds on the device, then adds to *bad the number of
+/* For check_handoff: waits ms milliseconds on the device, then adds to *bad the number of
  * i < n with p[i] != seed + i: a long reader whose memory must not change under it. cudasim's
  * stand-in counts at once (its kernels take no time). */
 cudaError_t test_kernel_hold_then_count(const uint32_t *p, size_t n, uint32_t seed, unsigned ms,

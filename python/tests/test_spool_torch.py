@@ -1,4 +1,4 @@
-"""spool as PyTorch's CUDA allocator, on a GPU with PyTorch (issue 7).
+"""spool as PyTorch's CUDA allocator, on a GPU with PyTorch.
 
 Every scenario runs in its own process (torch_scenarios.py, or bench/torch_models.py for
 training), since PyTorch's allocator can be chosen only once per process; this file judges what

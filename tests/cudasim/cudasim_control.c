@@ -28,7 +28,7 @@ static void reset_graphs(void) {
 void cudasim_reset(void) {
   cudasim__lock();
   reset_graphs();
-  cudasim__sim6_reset(); /* issue 6: imports unmapped, export records dropped */
+  cudasim__sim6_reset(); /* imports unmapped, export records dropped */
   while (cudasim__g.pools)
     cudasim__pool_unlink_free(cudasim__g.pools);
   while (cudasim__g.regions) {

@@ -9,7 +9,7 @@
 static int dev_range(const void *ptr, size_t n) {
   uintptr_t a = (uintptr_t)ptr;
   if (cudasim__sim6_import_range(ptr, n, 1))
-    return 1; /* issue 6: an imported buffer */
+    return 1; /* an imported buffer */
   for (sim_region *r = cudasim__g.regions; r; r = r->next) {
     uintptr_t base = (uintptr_t)r->base;
     if (a >= base && a - base <= r->size && n <= r->size - (a - base))
@@ -35,7 +35,7 @@ int cudasim__capture_range(const void *ptr, size_t n) {
 static int dev_pointer(const void *ptr) {
   uintptr_t a = (uintptr_t)ptr;
   if (cudasim__sim6_import_range(ptr, 1, 0))
-    return 1; /* issue 6 */
+    return 1; /* into an imported buffer */
   for (sim_region *r = cudasim__g.regions; r; r = r->next)
     if (a >= (uintptr_t)r->base && a - (uintptr_t)r->base < r->size)
       return 1;
@@ -142,7 +142,7 @@ static int attribute_of(enum cudaDeviceAttr attr, int d) {
   switch (attr) {
   case cudaDevAttrMemoryPoolsSupported: return cudasim__g.dev[d].pools_supported;
   case cudaDevAttrMemoryPoolSupportedHandleTypes:
-    return cudasim__sim6_handle_types(d); /* issue 6 */
+    return cudasim__sim6_handle_types(d); /* posix_fd unless IPC is switched off */
   case cudaDevAttrMultiProcessorCount: return 132;
   case cudaDevAttrComputeCapabilityMajor: return 9;
   case cudaDevAttrComputeCapabilityMinor: return 0;
@@ -302,7 +302,7 @@ static cudaError_t plain_free(void *ptr) {
   if (!ptr)
     return cudaSuccess;
   if (cudasim__sim6_import_free(ptr, NULL))
-    return cudaSuccess; /* issue 6: an imported buffer */
+    return cudaSuccess; /* an imported buffer */
   for (sim_region **link = &cudasim__g.regions; *link; link = &(*link)->next) {
     sim_region *r = *link;
     if (r->base != ptr)

@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h> /* issue 6: pool descriptors */
-#include <unistd.h>   /* issue 6 */
+#include <sys/stat.h> /* fstat of pool descriptors */
+#include <unistd.h>   /* close of pool descriptors */
 
 #define SIM_MAX_DEV 64
 /* Block granularity: an H200 (CUDA 13, driver 580) put two 256-byte buffers 512 bytes apart. */
@@ -142,8 +142,8 @@ struct CUmemPoolHandle_st {
   int device;
   int is_default;
   int destroyed; /* destroyed with blocks outstanding: reaped once they are all freed */
-  int shareable;  /* issue 6: created with POSIX fd handles: segments are MAP_SHARED */
-  struct CUmemPoolHandle_st *imported_from; /* issue 6: an imported pool's exporter, else NULL */
+  int shareable;  /* created with POSIX fd handles: segments are MAP_SHARED */
+  struct CUmemPoolHandle_st *imported_from; /* an imported pool's exporter, else NULL */
   size_t max_size;
   uint64_t threshold;
   int reuse[3];

@@ -3,7 +3,7 @@
  * parts share is in cudasim_internal.h. */
 #include "cudasim_internal.h"
 
-/* ==== issue 6: several devices and processes =====================================================
+/* ==== several devices and processes ==============================================================
  *
  * Model
  *  - A pool created with cudaMemHandleTypePosixFileDescriptor ("shareable") keeps its segments in

@@ -50,7 +50,7 @@ static void seg_release(struct CUmemPoolHandle_st *p, sim_segment **link) {
  * reserved - segment >= keep (trim). */
 static void pool_shrink(struct CUmemPoolHandle_st *p, uint64_t limit, int trim) {
   if (p->shareable || p->imported_from)
-    return; /* issue 6: IPC pools never give memory back (CUDA programming guide) */
+    return; /* IPC pools never give memory back (CUDA programming guide) */
   for (sim_segment **link = &p->segs; *link;) {
     sim_segment *sg = *link;
     int fits = trim ? p->reserved - sg->size >= limit : p->reserved > limit;
@@ -175,7 +175,7 @@ static cudaError_t pool_grow(struct CUmemPoolHandle_st *p, size_t need, sim_segm
   if (sg && b)
     mem = mmap(NULL, size, PROT_READ | PROT_WRITE,
                (p->shareable ? MAP_SHARED : MAP_PRIVATE) | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (mem == MAP_FAILED) { /* issue 6: shared, so that an import can map the pages again */
+  if (mem == MAP_FAILED) { /* shared, so that an import can map the pages again */
     free(sg);
     free(b);
     return cudaErrorMemoryAllocation;
@@ -347,14 +347,14 @@ static cudaError_t pool_create(cudaMemPool_t *out, const struct cudaMemPoolProps
   if (!cudasim__g.dev[d].pools_supported)
     return cudaErrorNotSupported;
   if ((int)props->handleTypes & ~cudasim__sim6_handle_types(d))
-    return cudaErrorNotSupported; /* issue 6 */
+    return cudaErrorNotSupported; /* the device cannot share pools */
   struct CUmemPoolHandle_st *p = cudasim__pool_new(d, 0);
   if (!p)
     return cudaErrorMemoryAllocation;
 #if CUDART_VERSION >= 12020
   p->max_size = props->maxSize;
 #endif
-  p->shareable = props->handleTypes == cudaMemHandleTypePosixFileDescriptor; /* issue 6 */
+  p->shareable = props->handleTypes == cudaMemHandleTypePosixFileDescriptor; /* MAP_SHARED */
   *out = p;
   return cudaSuccess;
 }
@@ -510,7 +510,7 @@ static cudaError_t malloc_from_pool(void **ptr, size_t size, cudaMemPool_t p, cu
   if (!cudasim__pool_known(p))
     return cudaErrorInvalidResourceHandle;
   if (p->imported_from)
-    return cudaErrorInvalidValue; /* issue 6: imported pools cannot allocate */
+    return cudaErrorInvalidValue; /* imported pools cannot allocate */
   cudaError_t e = cudasim__stream_get(h, &s);
   if (e == cudaSuccess)
     e = cudasim__stream_use(s);
@@ -555,7 +555,7 @@ static cudaError_t free_async(void *ptr, cudaStream_t h) {
   sim_galloc *ga = ptr ? cudasim__galloc_at(ptr) : NULL;
   if (!ga) {
     if (cudasim__sim6_import_free(ptr, s))
-      return cudaSuccess; /* issue 6: an imported buffer */
+      return cudaSuccess; /* an imported buffer */
     return pool_free(ptr, s);
   }
   if (!ga->live)

@@ -1,5 +1,5 @@
 // gpu_stress: many host threads allocating, writing, verifying and freeing spool buffers on the
-// real device at once (issue 3, part 9).
+// real device at once.
 //
 // What it proves: that a buffer spool hands out is memory nobody else is using while it is live.
 // Two independent checks, and both must come out 0:
