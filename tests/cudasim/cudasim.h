@@ -135,7 +135,7 @@ int cudasim_capturing(cudaStream_t s);
 /* Graph allocations live now: allocated by a graph launch and not freed yet (by a free node,
  * cudaFreeAsync or cudaFree). They are not counted by cudasim_live_allocations. */
 long cudasim_graph_allocations(void);
-/* ---- several devices and processes (see cudasim_ipc.c) ----------------- */
+/* ---- several devices and processes (see cudasim_ipc.c) ------------------------------------ */
 
 /* Whether pools on device may be created with cudaMemHandleTypePosixFileDescriptor
  * (cudaDevAttrMemoryPoolSupportedHandleTypes); default 1 where pools are supported. */

@@ -354,7 +354,7 @@ static cudaError_t pool_create(cudaMemPool_t *out, const struct cudaMemPoolProps
 #if CUDART_VERSION >= 12020
   p->max_size = props->maxSize;
 #endif
-  p->shareable = props->handleTypes == cudaMemHandleTypePosixFileDescriptor; /* MAP_SHARED */
+  p->shareable = props->handleTypes == cudaMemHandleTypePosixFileDescriptor; /* segments mapped shared */
   *out = p;
   return cudaSuccess;
 }
