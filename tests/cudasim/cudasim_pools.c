@@ -354,7 +354,8 @@ static cudaError_t pool_create(cudaMemPool_t *out, const struct cudaMemPoolProps
 #if CUDART_VERSION >= 12020
   p->max_size = props->maxSize;
 #endif
-  p->shareable = props->handleTypes == cudaMemHandleTypePosixFileDescriptor; /* segments mapped shared */
+  /* its segments are mapped shared, so that an import can map them again */
+  p->shareable = props->handleTypes == cudaMemHandleTypePosixFileDescriptor;
   *out = p;
   return cudaSuccess;
 }
